@@ -1,0 +1,293 @@
+"""``lptrain-bench``: time the collectives the way nccl-tests does.
+
+One row per message size and algorithm: size, count, dtype, algorithm, time, algbw,
+busbw (nccl-tests' factors: allreduce 2(P-1)/P, broadcast 1, reduce 1) and the number
+of wrong elements found by a correctness check run before the timing. Two columns go
+beyond nccl-tests: ``moved`` is the bytes the schedule sends over links divided by the
+time, and ``vs_memcpy`` compares it with the machine's own memcpy bandwidth, measured
+for the same size in the same run (a ``memcpy`` row), which is the physical limit of
+an in-process executor whose "links" are memory copies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, build_communicator
+from lptrain.comm.communicator import Communicator, ScheduleCommunicator
+from lptrain.comm.devices import expand_device_spec
+from lptrain.comm.sizes import format_size, parse_size
+
+OPS = ("allreduce", "broadcast", "reduce")
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+}
+
+
+def bus_factor(op: str, world_size: int) -> float:
+    """nccl-tests' busbw factor: how much of the message each rank's busiest link carries."""
+    return 2 * (world_size - 1) / world_size if op == "allreduce" else 1.0
+
+
+@dataclass
+class Row:
+    op: str
+    size: int
+    count: int
+    dtype: str
+    algo: str
+    devices: int
+    time_us: float
+    algbw: float
+    busbw: float
+    moved: float | None
+    vs_memcpy: float | None
+    wrong: int | None
+
+
+def message_sizes(begin: int, end: int, factor: int) -> list[int]:
+    if begin < 1:
+        raise ValueError(f"-b (min bytes) must be at least 1, got {begin}")
+    if end < begin:
+        raise ValueError(f"the size range is empty: -b {begin} is above -e {end}")
+    if factor < 2:
+        raise ValueError(f"-f (step factor) must be at least 2, got {factor}")
+    sizes, s = [], begin
+    while s <= end:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def _pattern(rank: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Small integers, exact in every dtype, different on every rank."""
+    i = torch.arange(count, device=device)
+    return (((rank + 1) * (i % 13 + 1)) % 7 - 3).to(dtype)
+
+
+def count_wrong(comm: Communicator, op: str, count: int, dtype: torch.dtype, root: int) -> int:
+    """Run ``op`` once on known inputs and count the elements that differ from the reference."""
+    inputs = [_pattern(r, count, dtype, d) for r, d in enumerate(comm.devices)]
+    tensors = [t.clone() for t in inputs]
+    if op == "allreduce":
+        comm.allreduce(tensors)
+    elif op == "reduce":
+        comm.reduce(tensors, root=root)
+    else:
+        comm.broadcast(tensors, root=root)
+    total = sum(t.to("cpu", torch.float64) for t in inputs)
+    wrong = 0
+    for r, (t, x) in enumerate(zip(tensors, inputs)):
+        if op == "allreduce" or (op == "reduce" and r == root):
+            expected = total
+        elif op == "broadcast":
+            expected = inputs[root].to("cpu", torch.float64)
+        else:
+            expected = x.to("cpu", torch.float64)
+        wrong += int((t.to("cpu", torch.float64) != expected).sum())
+    return wrong
+
+
+def _sync(devices: Sequence[torch.device]) -> None:
+    for d in {d for d in devices if d.type == "cuda"}:
+        torch.cuda.synchronize(d)
+
+
+def time_call(fn, devices: Sequence[torch.device], warmup: int, iters: int | None, target_s: float) -> float:
+    """Mean seconds per call; with ``iters=None`` enough calls to fill ``target_s``."""
+    for _ in range(max(warmup, 1)):
+        _sync(devices)
+        t0 = time.perf_counter()
+        fn()
+        _sync(devices)
+        one = time.perf_counter() - t0
+    n = iters if iters is not None else int(min(max(math.ceil(target_s / max(one, 1e-9)), 3), 1000))
+    _sync(devices)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    _sync(devices)
+    return (time.perf_counter() - t0) / n
+
+
+def memcpy_seconds(nbytes: int, device: torch.device, warmup: int, iters: int | None, target_s: float) -> float:
+    src = torch.ones(max(nbytes, 1), dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    return time_call(lambda: dst.copy_(src), [device], warmup, iters, target_s)
+
+
+def run(args: argparse.Namespace) -> list[Row]:
+    devices = expand_device_spec(args.devices)
+    dtype = DTYPES[args.dtype]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    p = len(devices)
+    algos = _parse_algos(args.algo)
+    ops = list(OPS) if args.op == "all" else [args.op]
+    comms: dict[str, Communicator] = {}
+    for algo in algos:
+        options = {"block_size": args.lp_block, "allreduce": args.lp_allreduce} if algo.startswith("lp") else {}
+        if algo == "lp-rb":
+            options["allreduce"] = "reduce_broadcast"
+        try:
+            comms[algo] = build_communicator(algo.split("-")[0], devices, **options)
+        except (BackendUnavailableError, CollectiveInputError) as err:
+            print(f"# {algo}: skipped: {err}", flush=True)
+    root = args.root
+    if not 0 <= root < p:
+        raise ValueError(f"--root must be a rank in 0..{p - 1}, got {root}")
+    rows: list[Row] = []
+    out = None if args.quiet else sys.stdout
+    for op in ops:
+        _header(out, op, p, devices[0], args.dtype)
+        for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
+            count = size // itemsize
+            nbytes = count * itemsize
+            mem_s = memcpy_seconds(nbytes, torch.device(devices[0]), args.warmup, args.iters, args.target_time)
+            mem_bw = nbytes / mem_s / 1e9
+            rows.append(
+                _emit(
+                    out, Row(op, nbytes, count, args.dtype, "memcpy", p, mem_s * 1e6, mem_bw, mem_bw, mem_bw, 1.0, None)
+                )
+            )
+            for algo, comm in comms.items():
+                wrong = count_wrong(comm, op, count, dtype, root) if args.check else None
+                tensors = [torch.zeros(count, dtype=dtype, device=d) for d in comm.devices]
+                call = _collective(comm, op, tensors, root)
+                sec = time_call(call, comm.devices, args.warmup, args.iters, args.target_time)
+                algbw = nbytes / sec / 1e9
+                moved = vs = None
+                if isinstance(comm, ScheduleCommunicator):
+                    wire = comm.schedule(op, count, None if op == "allreduce" else root, dtype)
+                    moved = wire.elements_moved() * itemsize / sec / 1e9
+                    vs = moved / mem_bw
+                rows.append(
+                    _emit(
+                        out,
+                        Row(
+                            op,
+                            nbytes,
+                            count,
+                            args.dtype,
+                            algo,
+                            p,
+                            sec * 1e6,
+                            algbw,
+                            algbw * bus_factor(op, p),
+                            moved,
+                            vs,
+                            wrong,
+                        ),
+                    )
+                )
+    return rows
+
+
+def _collective(comm: Communicator, op: str, tensors: list[torch.Tensor], root: int):
+    """A no-argument call of ``op`` on ``tensors``, for the timer."""
+    if op == "allreduce":
+        return lambda: comm.allreduce(tensors)
+    if op == "reduce":
+        return lambda: comm.reduce(tensors, root=root)
+    return lambda: comm.broadcast(tensors, root=root)
+
+
+def _parse_algos(text: str) -> list[str]:
+    valid = list(NAMES) + ["lp-rb"]
+    algos = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in algos if a not in valid]
+    if bad or not algos:
+        raise ValueError(
+            f"unknown algorithm(s) {', '.join(bad) or '(none)'}; valid: {', '.join(valid)} "
+            "(lp-rb is lp with the reduce-then-broadcast allreduce)"
+        )
+    return algos
+
+
+def _header(out, op: str, p: int, device: str, dtype: str) -> None:
+    if out is None:
+        return
+    print(f"# lptrain-bench {op}: {p} x {device}, {dtype}, op sum; memcpy = one copy_ of the same bytes", file=out)
+    print(
+        f"#{'size':>9} {'count':>11} {'type':>8} {'algo':>7} {'time(us)':>11} {'algbw':>7} {'busbw':>7}"
+        f" {'moved':>7} {'vs_memcpy':>9} {'#wrong':>6}",
+        file=out,
+    )
+    print(
+        f"#{'(B)':>9} {'(elements)':>11} {'':>8} {'':>7} {'':>11} {'(GB/s)':>7} {'(GB/s)':>7} {'(GB/s)':>7}",
+        file=out,
+        flush=True,
+    )
+
+
+def _emit(out, row: Row) -> Row:
+    if out is not None:
+        moved = f"{row.moved:7.2f}" if row.moved is not None else f"{'-':>7}"
+        vs = f"{row.vs_memcpy:9.2f}" if row.vs_memcpy is not None else f"{'-':>9}"
+        wrong = f"{row.wrong:6d}" if row.wrong is not None else f"{'-':>6}"
+        print(
+            f" {format_size(row.size):>9} {row.count:>11} {row.dtype:>8} {row.algo:>7} {row.time_us:11.1f}"
+            f" {row.algbw:7.2f} {row.busbw:7.2f} {moved} {vs} {wrong}",
+            file=out,
+            flush=True,
+        )
+    return row
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lptrain-bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--op", default="allreduce", choices=[*OPS, "all"], help="collective to time (default allreduce)")
+    p.add_argument(
+        "--algo",
+        default="lp,mst,be,ring,nccl",
+        help="comma-separated algorithms: lp, lp-rb, mst, be, ring, nccl (default: all but lp-rb)",
+    )
+    p.add_argument("--devices", default="cpu:4", help="cpu:N, cuda:N or a list like cuda:0,cuda:0 (default cpu:4)")
+    p.add_argument("-b", "--minbytes", default="1K", help="smallest message (default 1K)")
+    p.add_argument("-e", "--maxbytes", default="64M", help="largest message (default 64M)")
+    p.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier between rows (default 4)")
+    p.add_argument("-d", "--dtype", default="float32", choices=list(DTYPES))
+    p.add_argument("-w", "--warmup", type=int, default=1, help="untimed calls per row (default 1)")
+    p.add_argument("-n", "--iters", type=int, default=None, help="timed calls per row (default: fill --target-time)")
+    p.add_argument("--target-time", type=float, default=0.3, help="seconds of timed calls per row when -n is not set")
+    p.add_argument("--root", type=int, default=0, help="root of broadcast and reduce (default 0)")
+    p.add_argument("--lp-block", default="auto", help="lp block size in bytes, e.g. 1M, or auto (default)")
+    p.add_argument("--lp-allreduce", default="overlapped", choices=["overlapped", "reduce_broadcast"])
+    p.add_argument("--no-check", dest="check", action="store_false", help="skip the correctness check")
+    p.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
+    p.add_argument("--quiet", action="store_true", help="print no table (with --json)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.minbytes = parse_size(args.minbytes, "-b")
+        args.maxbytes = parse_size(args.maxbytes, "-e")
+        message_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+        if args.iters is not None and args.iters < 1:
+            raise ValueError(f"-n must be at least 1, got {args.iters}")
+        rows = run(args)
+    except (ValueError, BackendUnavailableError) as err:
+        parser.error(str(err))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Bidirectional exchange (BE), as MPICH does it for long messages.
+
+Allreduce is Rabenseifner's algorithm: a recursive-halving reduce-scatter (partners at
+distance 1, 2, 4, ... exchange halves of what they hold and each keeps the sum of one
+half), then a recursive-doubling allgather that retraces the steps backwards. Broadcast
+is a binomial scatter followed by the same allgather; reduce is the reduce-scatter
+followed by a binomial gather to the root.
+
+Any ``P`` works, as in MPICH: with ``p'`` the largest power of two not above ``P``, the
+``P - p'`` extra ranks (odd relative ranks below ``2 (P - p')``) first hand their data to
+their even neighbour, the ``p'`` core ranks run the exchange, and the extras receive the
+result at the end.
+"""
+
+from __future__ import annotations
+
+from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, even_bounds
+
+NAME = "be"
+
+
+class _Exchange:
+    """The recursive-halving bookkeeping of the ``p'`` core ranks.
+
+    ``kept[s][r]`` is the chunk interval core rank ``r`` is responsible for after halving
+    step ``s`` (``kept[-1]`` is the whole message); partners at step ``s`` are
+    ``r ^ masks[s]`` and the lower one keeps the lower half.
+    """
+
+    def __init__(self, world_size: int, count: int, root: int) -> None:
+        self.world_size, self.root = world_size, root
+        self.pof2 = 1 << (world_size.bit_length() - 1)
+        self.rem = world_size - self.pof2
+        self.masks = [1 << i for i in range(self.pof2.bit_length() - 1)]
+        self.bounds = even_bounds(count, self.pof2)
+        self.count = count
+        kept = [[(0, self.pof2)] * self.pof2]
+        for mask in self.masks:
+            now = []
+            for r in range(self.pof2):
+                lo, hi = kept[-1][r]
+                mid = (lo + hi) // 2
+                now.append((lo, mid) if r < r ^ mask else (mid, hi))
+            kept.append(now)
+        self.kept = kept[1:] + [kept[0]]  # so that kept[-1] is the whole message
+
+    def real(self, newrank: int) -> int:
+        """The real rank of core rank ``newrank`` (relative ranks start at the root)."""
+        vr = 2 * newrank if newrank < self.rem else newrank + self.rem
+        return (vr + self.root) % self.world_size
+
+    def elements(self, step: int, newrank: int) -> tuple[int, int]:
+        lo, hi = self.kept[step][newrank]
+        return self.bounds[lo], self.bounds[hi]
+
+    def _pairs(self, kind: Kind) -> list[tuple[int, int, int, int, Kind]]:
+        """Whole-message transfers between each extra rank and its even neighbour."""
+        out = []
+        for i in range(self.rem):
+            even = (2 * i + self.root) % self.world_size
+            odd = (2 * i + 1 + self.root) % self.world_size
+            src, dst = (odd, even) if kind is Kind.REDUCE else (even, odd)
+            out.append((src, dst, 0, self.count, kind))
+        return out
+
+    def fold_in(self, b: ScheduleBuilder) -> None:
+        b.step(self._pairs(Kind.REDUCE))
+
+    def fold_out(self, b: ScheduleBuilder) -> None:
+        b.step(self._pairs(Kind.COPY))
+
+    def reduce_scatter(self, b: ScheduleBuilder) -> None:
+        for s, mask in enumerate(self.masks):
+            b.step(
+                [
+                    (self.real(r), self.real(r ^ mask), *self.elements(s, r ^ mask), Kind.REDUCE)
+                    for r in range(self.pof2)
+                ]
+            )
+
+    def allgather(self, b: ScheduleBuilder) -> None:
+        for s in reversed(range(len(self.masks))):
+            mask = self.masks[s]
+            b.step([(self.real(r), self.real(r ^ mask), *self.elements(s, r), Kind.COPY) for r in range(self.pof2)])
+
+    def scatter(self, b: ScheduleBuilder) -> None:
+        for s, mask in enumerate(self.masks):
+            b.step([(self.real(r), self.real(r + mask), *self.elements(s, r + mask), Kind.COPY) for r in range(mask)])
+
+    def gather(self, b: ScheduleBuilder) -> None:
+        for s in reversed(range(len(self.masks))):
+            mask = self.masks[s]
+            b.step([(self.real(r + mask), self.real(r), *self.elements(s, r + mask), Kind.COPY) for r in range(mask)])
+
+
+def broadcast(world_size: int, count: int, root: int = 0) -> Schedule:
+    """Binomial scatter from ``root``, recursive-doubling allgather, then the extras."""
+    ex, b = _Exchange(world_size, count, root), ScheduleBuilder(skip_dst=root)
+    ex.scatter(b)
+    ex.allgather(b)
+    ex.fold_out(b)
+    return b.build("broadcast", NAME, world_size, count, root)
+
+
+def reduce(world_size: int, count: int, root: int = 0) -> Schedule:
+    """Extras fold in, recursive-halving reduce-scatter, binomial gather to ``root``."""
+    ex, b = _Exchange(world_size, count, root), ScheduleBuilder()
+    ex.fold_in(b)
+    ex.reduce_scatter(b)
+    ex.gather(b)
+    return b.build("reduce", NAME, world_size, count, root)
+
+
+def allreduce(world_size: int, count: int) -> Schedule:
+    """Rabenseifner: fold in, reduce-scatter, allgather, fold out."""
+    ex, b = _Exchange(world_size, count, 0), ScheduleBuilder()
+    ex.fold_in(b)
+    ex.reduce_scatter(b)
+    ex.allgather(b)
+    ex.fold_out(b)
+    return b.build("allreduce", NAME, world_size, count, None)

@@ -1,0 +1,130 @@
+"""Linear pipelining (LP), the paper's method.
+
+The ranks form a chain; the message is cut into blocks, and at every step each link of
+the chain carries a different block, so all links work at once. A broadcast or reduce
+takes ``P - 2 + k`` steps for ``k`` blocks: for large messages its time approaches
+``n * beta`` whatever the number of ranks.
+
+Allreduce comes in the paper's two constructions:
+
+* ``reduce_broadcast`` (A): reduce to the end of the chain, then broadcast back along
+  the reverse links once the reduce has finished: ``2 (P - 2 + k)`` steps.
+* ``overlapped`` (B): each block starts back along the reverse links as soon as it is
+  fully reduced, so forward and reverse links work together: ``2P - 3 + k`` steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, block_bounds
+
+NAME = "lp"
+ALLREDUCE_MODES = ("overlapped", "reduce_broadcast")
+
+# Block-size rule defaults: PCIe Gen3 figures from the paper (alpha ~ 15 us, ~11 GB/s).
+DEFAULT_ALPHA_S = 15e-6
+DEFAULT_BETA_S_PER_BYTE = 1 / 11e9
+MIN_AUTO_BLOCK_BYTES = 256 * 1024
+MAX_AUTO_BLOCK_BYTES = 16 * 1024 * 1024
+
+
+def optimal_block_bytes(
+    message_bytes: int,
+    world_size: int,
+    alpha: float = DEFAULT_ALPHA_S,
+    beta: float = DEFAULT_BETA_S_PER_BYTE,
+) -> int:
+    """The block size minimising ``(P - 2 + n/b)(alpha + b beta)``, clamped to 256 KiB..16 MiB.
+
+    ``b* = sqrt(n alpha / ((P - 2) beta))``; for ``P <= 2`` there is no pipeline to fill and
+    the largest block wins, so the upper clamp applies.
+    """
+    if message_bytes <= 0:
+        return MIN_AUTO_BLOCK_BYTES
+    if world_size <= 2:
+        best = float(MAX_AUTO_BLOCK_BYTES)
+    else:
+        best = math.sqrt(message_bytes * alpha / ((world_size - 2) * beta))
+    return int(min(max(best, MIN_AUTO_BLOCK_BYTES), MAX_AUTO_BLOCK_BYTES))
+
+
+def check_order(order: Sequence[int] | None, world_size: int) -> list[int]:
+    """The chain order as a list, defaulting to ``0, 1, ..., P-1``."""
+    if order is None:
+        return list(range(world_size))
+    chain = [int(r) for r in order]
+    if sorted(chain) != list(range(world_size)):
+        raise ValueError(
+            f"lp order must be a permutation of 0..{world_size - 1} (one entry per rank), got {list(order)}"
+        )
+    return chain
+
+
+def _rotate_to(chain: list[int], rank: int) -> list[int]:
+    i = chain.index(rank)
+    return chain[i:] + chain[:i]
+
+
+def _pipeline(
+    steps: dict[int, list[tuple[int, int, int, int, Kind]]],
+    chain: list[int],
+    bounds: list[int],
+    kind: Kind,
+    offset: int = 0,
+) -> None:
+    """Block ``j`` crosses link ``chain[i] -> chain[i+1]`` at step ``offset + j + i``."""
+    for j in range(len(bounds) - 1):
+        t0 = offset + j
+        for i in range(len(chain) - 1):
+            steps[t0 + i].append((chain[i], chain[i + 1], bounds[j], bounds[j + 1], kind))
+
+
+def _finish(steps: dict, op: str, label: str, world_size: int, count: int, root: int | None) -> Schedule:
+    builder = ScheduleBuilder()
+    for t in sorted(steps):
+        builder.step(steps[t])
+    return builder.build(op, label, world_size, count, root)
+
+
+def broadcast(
+    world_size: int, count: int, root: int = 0, *, block: int, order: Sequence[int] | None = None
+) -> Schedule:
+    """Pipelined broadcast down the chain, starting at ``root``."""
+    chain = _rotate_to(check_order(order, world_size), root)
+    steps: dict = defaultdict(list)
+    _pipeline(steps, chain, block_bounds(count, block), Kind.COPY)
+    return _finish(steps, "broadcast", f"lp(block={block})", world_size, count, root)
+
+
+def reduce(world_size: int, count: int, root: int = 0, *, block: int, order: Sequence[int] | None = None) -> Schedule:
+    """Pipelined reduce up the chain, ending at ``root`` (the broadcast chain reversed)."""
+    chain = _rotate_to(check_order(order, world_size), root)[::-1]
+    steps: dict = defaultdict(list)
+    _pipeline(steps, chain, block_bounds(count, block), Kind.REDUCE)
+    return _finish(steps, "reduce", f"lp(block={block})", world_size, count, root)
+
+
+def allreduce(
+    world_size: int,
+    count: int,
+    *,
+    block: int,
+    order: Sequence[int] | None = None,
+    mode: str = "overlapped",
+) -> Schedule:
+    """Reduce along the chain to its last rank and broadcast back along the reverse links."""
+    if mode not in ALLREDUCE_MODES:
+        raise ValueError(f"unknown lp allreduce mode {mode!r}; valid modes: {', '.join(ALLREDUCE_MODES)}")
+    chain = check_order(order, world_size)
+    bounds = block_bounds(count, block)
+    k, p = len(bounds) - 1, world_size
+    steps: dict = defaultdict(list)
+    _pipeline(steps, chain, bounds, Kind.REDUCE)
+    # Overlapped: block j is complete at the chain's end after step j + P - 2 and turns
+    # back at once. Reduce-then-broadcast: it waits for the last reduce step, k + P - 3.
+    back_offset = p - 1 if mode == "overlapped" else k + p - 2
+    _pipeline(steps, chain[::-1], bounds, Kind.COPY, back_offset)
+    return _finish(steps, "allreduce", f"lp(block={block}, {mode})", world_size, count, None)

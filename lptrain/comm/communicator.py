@@ -1,0 +1,236 @@
+"""The communicator interface and the schedule-driven communicators (lp, mst, be, ring).
+
+A communicator owns a fixed list of devices and runs in-place collectives on one tensor
+per device. The base class does what every algorithm shares: it checks the input
+completely before touching anything, accumulates half-precision reductions in float32
+(by default), and applies ``op="avg"``; subclasses only move sums.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from lptrain.comm.devices import parse_devices
+from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.executor import CudaLinks, run_cpu, run_cuda
+from lptrain.comm.plan import Plan, compile_plan
+from lptrain.comm.schedule import Schedule
+
+SUPPORTED_DTYPES = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+)
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+REDUCE_OPS = ("sum", "avg")
+
+
+class Communicator(ABC):
+    """In-place broadcast, reduce and allreduce over ``tensors[i]`` on ``devices[i]``."""
+
+    name: str = "?"
+
+    def __init__(self, devices: Sequence[str | torch.device], *, accumulate_fp32: bool = True) -> None:
+        self.devices = parse_devices(devices)
+        self.world_size = len(self.devices)
+        self.accumulate_fp32 = bool(accumulate_fp32)
+        self._scratch: dict[tuple, torch.Tensor] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, devices={[str(d) for d in self.devices]})"
+
+    # -- public collectives ---------------------------------------------------------
+    def broadcast(self, tensors: Sequence[torch.Tensor], root: int = 0) -> None:
+        """Copy ``tensors[root]`` into every other tensor."""
+        flat = self._check(tensors, root=root)
+        if self.world_size > 1 and flat[0].numel():
+            with torch.no_grad():
+                self._run("broadcast", flat, root, inputs_are_scratch=False)
+
+    def reduce(self, tensors: Sequence[torch.Tensor], root: int = 0, op: str = "sum") -> None:
+        """Sum (or average) every tensor into ``tensors[root]``; the others are left unchanged."""
+        flat = self._check(tensors, root=root, op=op)
+        with torch.no_grad():
+            self._reduction("reduce", flat, root, op)
+
+    def allreduce(self, tensors: Sequence[torch.Tensor], op: str = "sum") -> None:
+        """Sum (or average) the tensors; every tensor ends bitwise identical."""
+        flat = self._check(tensors, op=op)
+        with torch.no_grad():
+            self._reduction("allreduce", flat, None, op)
+
+    # -- what subclasses provide ------------------------------------------------------
+    @abstractmethod
+    def _run(self, op: str, flat: list[torch.Tensor], root: int | None, inputs_are_scratch: bool) -> None:
+        """Sum (reduce, allreduce) or copy (broadcast) in place on flat tensors.
+
+        ``inputs_are_scratch`` says the non-root tensors of a reduce may be overwritten
+        (they are float32 copies made here), so no work buffer is needed.
+        """
+
+    # -- shared machinery ---------------------------------------------------------------
+    def _reduction(self, op: str, flat: list[torch.Tensor], root: int | None, how: str) -> None:
+        outputs = range(self.world_size) if root is None else [root]
+        widen = self.accumulate_fp32 and flat[0].dtype in HALF_DTYPES
+        if flat[0].numel() == 0:
+            return
+        if widen:
+            work = [self._buffer(("fp32", r), t.numel(), torch.float32).copy_(t) for r, t in enumerate(flat)]
+            if self.world_size > 1:
+                self._run(op, work, root, inputs_are_scratch=True)
+            for r in outputs:
+                if how == "avg":
+                    work[r].div_(self.world_size)
+                flat[r].copy_(work[r])
+            return
+        if self.world_size > 1:
+            self._run(op, flat, root, inputs_are_scratch=False)
+        if how == "avg":
+            for r in outputs:
+                flat[r].div_(self.world_size)
+
+    def _buffer(self, key: tuple, n: int, dtype: torch.dtype) -> torch.Tensor:
+        """A scratch tensor of ``n`` elements on device ``key[1]``, reused across calls.
+
+        Reuse matters: a fresh large allocation costs a page fault per page on the CPU,
+        more than the reduction itself. (On CUDA, scratch is only touched on streams
+        ordered after the current stream, so reuse from call to call is safe.)
+        """
+        rank = key[1]
+        buf = self._scratch.get((key, dtype))
+        if buf is None or buf.numel() < n:
+            buf = torch.empty(n, dtype=dtype, device=self.devices[rank])
+            self._scratch[(key, dtype)] = buf
+        return buf[:n]
+
+    def _check(
+        self, tensors: Sequence[torch.Tensor], root: int | None = None, op: str | None = None
+    ) -> list[torch.Tensor]:
+        """Validate everything before anything is touched; return flat views."""
+        p = self.world_size
+        if isinstance(tensors, torch.Tensor) or not isinstance(tensors, Sequence):
+            raise CollectiveInputError(f"expected a list of {p} tensors (one per device), got {type(tensors).__name__}")
+        if len(tensors) != p:
+            raise CollectiveInputError(
+                f"expected {p} tensors, one per device {[str(d) for d in self.devices]}, got {len(tensors)}"
+            )
+        for i, t in enumerate(tensors):
+            if not isinstance(t, torch.Tensor):
+                raise CollectiveInputError(f"tensors[{i}] is a {type(t).__name__}, not a torch.Tensor")
+        first = tensors[0]
+        if first.dtype not in SUPPORTED_DTYPES:
+            valid = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+            raise CollectiveInputError(f"dtype {first.dtype} is not supported; valid dtypes: {valid}")
+        for i, t in enumerate(tensors):
+            if t.shape != first.shape:
+                raise CollectiveInputError(
+                    f"tensors[{i}] has shape {tuple(t.shape)} but tensors[0] has {tuple(first.shape)}"
+                )
+            if t.dtype != first.dtype:
+                raise CollectiveInputError(f"tensors[{i}] has dtype {t.dtype} but tensors[0] has {first.dtype}")
+            if t.device != self.devices[i]:
+                raise CollectiveInputError(
+                    f"tensors[{i}] is on {t.device} but this communicator's device {i} is {self.devices[i]}"
+                )
+            if not t.is_contiguous():
+                raise CollectiveInputError(
+                    f"tensors[{i}] is not contiguous (strides {t.stride()}); pass t.contiguous()"
+                )
+        self._check_no_aliasing(tensors)
+        if root is not None and (isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < p):
+            raise CollectiveInputError(f"root must be a rank in 0..{p - 1}, got {root!r}")
+        if op is not None:
+            if op not in REDUCE_OPS:
+                raise CollectiveInputError(f"unknown op {op!r}; valid ops: {', '.join(REDUCE_OPS)}")
+            if op == "avg" and not first.is_floating_point():
+                raise CollectiveInputError(f"op='avg' needs a floating-point dtype, got {first.dtype}; use op='sum'")
+        return [t.view(-1) for t in tensors]
+
+    @staticmethod
+    def _check_no_aliasing(tensors: Sequence[torch.Tensor]) -> None:
+        """Two arguments sharing memory would be summed into each other: refuse them."""
+        spans = []
+        for i, t in enumerate(tensors):
+            if t.numel():
+                start = t.data_ptr()
+                spans.append((t.device, start, start + t.numel() * t.element_size(), i))
+        spans.sort(key=lambda s: (str(s[0]), s[1]))
+        for (dev_a, _, end_a, i), (dev_b, start_b, _, j) in zip(spans, spans[1:]):
+            if dev_a == dev_b and start_b < end_a:
+                raise CollectiveInputError(
+                    f"tensors[{min(i, j)}] and tensors[{max(i, j)}] share memory; each device needs its own tensor"
+                )
+
+
+class ScheduleCommunicator(Communicator):
+    """Runs an algorithm's schedules with the in-process executor.
+
+    ``builders`` maps each op to a function ``(world_size, count, root, itemsize) ->
+    Schedule``; schedules and their compiled plans are cached per message shape, so a
+    training loop pays for building them once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        devices: Sequence[str | torch.device],
+        builders: dict[str, Callable[[int, int, int | None, int], Schedule]],
+        *,
+        accumulate_fp32: bool = True,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(devices, accumulate_fp32=accumulate_fp32)
+        self.name = name
+        self.options = dict(options or {})
+        self._builders = builders
+        self._plans: dict[tuple, Plan] = {}
+        self._links = CudaLinks(self.devices) if self.devices[0].type == "cuda" else None
+
+    def schedule(self, op: str, count: int, root: int | None = 0, dtype: torch.dtype = torch.float32) -> Schedule:
+        """The schedule this communicator runs for ``op`` on ``count`` elements of ``dtype``."""
+        if op not in self._builders:
+            raise CollectiveInputError(f"unknown op {op!r}; valid ops: {', '.join(self._builders)}")
+        root = None if op == "allreduce" else root
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return self._builders[op](self.world_size, count, root, itemsize)
+
+    def plan(self, op: str, count: int, root: int | None, dtype: torch.dtype, inputs_are_scratch: bool) -> Plan:
+        key = (op, count, root, dtype, inputs_are_scratch)
+        if key not in self._plans:
+            schedule = self.schedule(op, count, root, dtype)
+            preserve = (
+                frozenset() if inputs_are_scratch or op != "reduce" else frozenset(range(self.world_size)) - {root}
+            )
+            self._plans[key] = compile_plan(schedule, preserve)
+        return self._plans[key]
+
+    def _run(self, op: str, flat: list[torch.Tensor], root: int | None, inputs_are_scratch: bool) -> None:
+        n, dtype = flat[0].numel(), flat[0].dtype
+        plan = self.plan(op, n, root, dtype, inputs_are_scratch)
+        work = list(flat)
+        for r in plan.work_ranks:  # the ranks whose inputs a reduce must keep
+            work[r] = self._buffer(("work", r), n, dtype)
+        if self._links is None:
+            run_cpu(plan, flat, work)
+        else:
+            run_cuda(plan, flat, work, self._links)
+
+
+def schedule_builders(module: ModuleType, **options: Any) -> dict[str, Callable[[int, int, int | None, int], Schedule]]:
+    """Adapt an algorithm module whose builders take no size-dependent options."""
+    return {
+        "broadcast": lambda p, n, root, itemsize: module.broadcast(p, n, root, **options),
+        "reduce": lambda p, n, root, itemsize: module.reduce(p, n, root, **options),
+        "allreduce": lambda p, n, root, itemsize: module.allreduce(p, n, **options),
+    }

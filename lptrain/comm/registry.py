@@ -1,0 +1,104 @@
+"""Names to communicators: ``build_communicator`` and ``available``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.communicator import Communicator, ScheduleCommunicator, schedule_builders
+from lptrain.comm.devices import parse_devices
+from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.nccl import NcclCommunicator, nccl_available
+from lptrain.comm.sizes import parse_size
+
+# In-process CPU "links": ~10 us of dispatch per transfer, ~13 GB/s per copy (measured
+# with lptrain-bench on the development machine; see docs/BENCHMARKS.md).
+CPU_ALPHA_S = 10e-6
+CPU_BETA_S_PER_BYTE = 1 / 13e9
+
+
+def _lp(devices, *, accumulate_fp32=True, block_size="auto", order=None, allreduce="overlapped") -> Communicator:
+    """lp options: ``block_size`` in bytes (int, "4M", or "auto" for the cost-model optimum),
+    ``order`` (the chain, a permutation of the ranks), ``allreduce`` ("overlapped" or
+    "reduce_broadcast")."""
+    devices = parse_devices(devices)
+    chain = lp.check_order(order, len(devices))
+    if allreduce not in lp.ALLREDUCE_MODES:
+        raise CollectiveInputError(
+            f"unknown lp allreduce mode {allreduce!r}; valid modes: {', '.join(lp.ALLREDUCE_MODES)}"
+        )
+    fixed_bytes = None if block_size == "auto" else parse_size(block_size, "lp block_size")
+    if fixed_bytes is not None and fixed_bytes < 1:
+        raise CollectiveInputError(f"lp block_size must be at least 1 byte, got {block_size!r}")
+
+    # The auto block size follows the cost model with figures for the devices' links:
+    # PCIe for GPUs (the paper's), a memory copy plus Python dispatch for CPU "devices".
+    on_cpu = devices[0].type == "cpu"
+    alpha, beta = (CPU_ALPHA_S, CPU_BETA_S_PER_BYTE) if on_cpu else (lp.DEFAULT_ALPHA_S, lp.DEFAULT_BETA_S_PER_BYTE)
+
+    def block(p: int, n: int, itemsize: int) -> int:
+        nbytes = fixed_bytes if fixed_bytes is not None else lp.optimal_block_bytes(n * itemsize, p, alpha, beta)
+        return max(1, nbytes // itemsize)
+
+    builders = {
+        "broadcast": lambda p, n, root, isz: lp.broadcast(p, n, root, block=block(p, n, isz), order=chain),
+        "reduce": lambda p, n, root, isz: lp.reduce(p, n, root, block=block(p, n, isz), order=chain),
+        "allreduce": lambda p, n, root, isz: lp.allreduce(p, n, block=block(p, n, isz), order=chain, mode=allreduce),
+    }
+    options = {"block_size": block_size, "order": chain, "allreduce": allreduce}
+    return ScheduleCommunicator("lp", devices, builders, accumulate_fp32=accumulate_fp32, options=options)
+
+
+def _fixed(module) -> Callable[..., Communicator]:
+    def make(devices, *, accumulate_fp32=True) -> Communicator:
+        return ScheduleCommunicator(module.NAME, devices, schedule_builders(module), accumulate_fp32=accumulate_fp32)
+
+    make.__doc__ = f"{module.NAME}: no options beyond accumulate_fp32."
+    return make
+
+
+def _nccl(devices, *, accumulate_fp32=True) -> Communicator:
+    return NcclCommunicator(devices, accumulate_fp32=accumulate_fp32)
+
+
+FACTORIES: dict[str, Callable[..., Communicator]] = {
+    "lp": _lp,
+    "mst": _fixed(mst),
+    "be": _fixed(be),
+    "ring": _fixed(ring),
+    "nccl": _nccl,
+}
+NAMES = tuple(FACTORIES)
+
+
+def options_of(name: str) -> list[str]:
+    """The keyword options that communicator ``name`` accepts."""
+    params = inspect.signature(FACTORIES[name]).parameters
+    return [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+def build_communicator(name: str, devices: Sequence[str | torch.device], **options: Any) -> Communicator:
+    """Build communicator ``name`` (one of lp, mst, be, ring, nccl) over ``devices``.
+
+    ``devices`` is a list such as ``["cpu"] * 4`` or ``["cuda:0", "cuda:1"]``. Options
+    are algorithm-specific (``options_of(name)`` lists them); every communicator takes
+    ``accumulate_fp32`` (default True: float16/bfloat16 sums accumulate in float32).
+    """
+    if name not in FACTORIES:
+        raise CollectiveInputError(f"unknown communicator {name!r}; valid names: {', '.join(NAMES)}")
+    valid = options_of(name)
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise CollectiveInputError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {name}; valid options: {', '.join(valid)}"
+        )
+    return FACTORIES[name](devices, **options)
+
+
+def available() -> list[str]:
+    """The communicator names that can run on this machine."""
+    return [n for n in NAMES if n != "nccl" or nccl_available()]
