@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -106,27 +107,52 @@ def _sync(devices: Sequence[torch.device]) -> None:
         torch.cuda.synchronize(d)
 
 
-def time_call(fn, devices: Sequence[torch.device], warmup: int, iters: int | None, target_s: float) -> float:
-    """Mean seconds per call; with ``iters=None`` enough calls to fill ``target_s``."""
+def calls_per_trial(fn, devices: Sequence[torch.device], warmup: int, iters: int | None, target_s: float) -> int:
+    """Warm up, then choose how many calls one timed trial makes (``iters`` if given)."""
+    one = 0.0
     for _ in range(max(warmup, 1)):
-        _sync(devices)
-        t0 = time.perf_counter()
-        fn()
-        _sync(devices)
-        one = time.perf_counter() - t0
-    n = iters if iters is not None else int(min(max(math.ceil(target_s / max(one, 1e-9)), 3), 1000))
+        one = mean_seconds(fn, devices, 1)
+    if iters is not None:
+        return iters
+    return int(min(max(math.ceil(target_s / max(one, 1e-9)), 1), 1000))
+
+
+def mean_seconds(fn, devices: Sequence[torch.device], calls: int) -> float:
+    """Mean wall-clock seconds per call over ``calls`` back-to-back calls."""
     _sync(devices)
     t0 = time.perf_counter()
-    for _ in range(n):
+    for _ in range(calls):
         fn()
     _sync(devices)
-    return (time.perf_counter() - t0) / n
+    return (time.perf_counter() - t0) / calls
 
 
-def memcpy_seconds(nbytes: int, device: torch.device, warmup: int, iters: int | None, target_s: float) -> float:
-    src = torch.ones(max(nbytes, 1), dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    return time_call(lambda: dst.copy_(src), [device], warmup, iters, target_s)
+@dataclass
+class _Candidate:
+    """One row being measured: the memcpy reference or an algorithm."""
+
+    algo: str
+    call: object
+    devices: Sequence[torch.device]
+    moved_bytes: int | None
+    wrong: int | None
+    calls: int = 1
+    times: list[float] | None = None
+
+
+def _measure(candidates: list[_Candidate], args: argparse.Namespace) -> None:
+    """Time all candidates in round-robin trials and keep each one's median.
+
+    The machine is shared and noisy: interleaving the candidates exposes them all to the
+    same disturbances, and the median discards a trial that was hit by one.
+    """
+    per_trial = args.target_time / args.trials
+    for c in candidates:
+        c.calls = calls_per_trial(c.call, c.devices, args.warmup, args.iters, per_trial)
+        c.times = []
+    for _ in range(args.trials):
+        for c in candidates:
+            c.times.append(mean_seconds(c.call, c.devices, c.calls))
 
 
 def run(args: argparse.Namespace) -> list[Row]:
@@ -150,48 +176,32 @@ def run(args: argparse.Namespace) -> list[Row]:
         raise ValueError(f"--root must be a rank in 0..{p - 1}, got {root}")
     rows: list[Row] = []
     out = None if args.quiet else sys.stdout
+    first = torch.device(devices[0])
     for op in ops:
         _header(out, op, p, devices[0], args.dtype)
         for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
             count = size // itemsize
             nbytes = count * itemsize
-            mem_s = memcpy_seconds(nbytes, torch.device(devices[0]), args.warmup, args.iters, args.target_time)
-            mem_bw = nbytes / mem_s / 1e9
-            rows.append(
-                _emit(
-                    out, Row(op, nbytes, count, args.dtype, "memcpy", p, mem_s * 1e6, mem_bw, mem_bw, mem_bw, 1.0, None)
-                )
-            )
+            src = torch.ones(max(nbytes, 1), dtype=torch.uint8, device=first)
+            dst = torch.empty_like(src)
+            candidates = [_Candidate("memcpy", lambda d=dst, s=src: d.copy_(s), [first], nbytes, None)]
             for algo, comm in comms.items():
                 wrong = count_wrong(comm, op, count, dtype, root) if args.check else None
                 tensors = [torch.zeros(count, dtype=dtype, device=d) for d in comm.devices]
-                call = _collective(comm, op, tensors, root)
-                sec = time_call(call, comm.devices, args.warmup, args.iters, args.target_time)
-                algbw = nbytes / sec / 1e9
-                moved = vs = None
+                moved = None
                 if isinstance(comm, ScheduleCommunicator):
-                    wire = comm.schedule(op, count, None if op == "allreduce" else root, dtype)
-                    moved = wire.elements_moved() * itemsize / sec / 1e9
-                    vs = moved / mem_bw
-                rows.append(
-                    _emit(
-                        out,
-                        Row(
-                            op,
-                            nbytes,
-                            count,
-                            args.dtype,
-                            algo,
-                            p,
-                            sec * 1e6,
-                            algbw,
-                            algbw * bus_factor(op, p),
-                            moved,
-                            vs,
-                            wrong,
-                        ),
-                    )
-                )
+                    moved = comm.schedule(op, count, root, dtype).elements_moved() * itemsize
+                candidates.append(_Candidate(algo, _collective(comm, op, tensors, root), comm.devices, moved, wrong))
+            _measure(candidates, args)
+            mem_bw = nbytes / statistics.median(candidates[0].times) / 1e9
+            for c in candidates:
+                sec = statistics.median(c.times)
+                algbw = nbytes / sec / 1e9
+                busbw = algbw if c.algo == "memcpy" else algbw * bus_factor(op, p)
+                moved = c.moved_bytes / sec / 1e9 if c.moved_bytes is not None else None
+                vs = moved / mem_bw if moved is not None and mem_bw > 0 else None
+                row = Row(op, nbytes, count, args.dtype, c.algo, p, sec * 1e6, algbw, busbw, moved, vs, c.wrong)
+                rows.append(_emit(out, row))
     return rows
 
 
@@ -219,7 +229,11 @@ def _parse_algos(text: str) -> list[str]:
 def _header(out, op: str, p: int, device: str, dtype: str) -> None:
     if out is None:
         return
-    print(f"# lptrain-bench {op}: {p} x {device}, {dtype}, op sum; memcpy = one copy_ of the same bytes", file=out)
+    print(
+        f"# lptrain-bench {op}: {p} x {device}, {dtype}, op sum; memcpy = one copy_ of the same bytes; "
+        "times are medians of round-robin trials",
+        file=out,
+    )
     print(
         f"#{'size':>9} {'count':>11} {'type':>8} {'algo':>7} {'time(us)':>11} {'algbw':>7} {'busbw':>7}"
         f" {'moved':>7} {'vs_memcpy':>9} {'#wrong':>6}",
@@ -262,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--warmup", type=int, default=1, help="untimed calls per row (default 1)")
     p.add_argument("-n", "--iters", type=int, default=None, help="timed calls per row (default: fill --target-time)")
     p.add_argument("--target-time", type=float, default=0.3, help="seconds of timed calls per row when -n is not set")
+    p.add_argument(
+        "--trials", type=int, default=3, help="round-robin trials per size; rows show the median (default 3)"
+    )
     p.add_argument("--root", type=int, default=0, help="root of broadcast and reduce (default 0)")
     p.add_argument("--lp-block", default="auto", help="lp block size in bytes, e.g. 1M, or auto (default)")
     p.add_argument("--lp-allreduce", default="overlapped", choices=["overlapped", "reduce_broadcast"])
@@ -280,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message_sizes(args.minbytes, args.maxbytes, args.stepfactor)
         if args.iters is not None and args.iters < 1:
             raise ValueError(f"-n must be at least 1, got {args.iters}")
+        if args.trials < 1:
+            raise ValueError(f"--trials must be at least 1, got {args.trials}")
         rows = run(args)
     except (ValueError, BackendUnavailableError) as err:
         parser.error(str(err))

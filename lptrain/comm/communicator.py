@@ -155,21 +155,21 @@ class Communicator(ABC):
                 raise CollectiveInputError(f"unknown op {op!r}; valid ops: {', '.join(REDUCE_OPS)}")
             if op == "avg" and not first.is_floating_point():
                 raise CollectiveInputError(f"op='avg' needs a floating-point dtype, got {first.dtype}; use op='sum'")
-        return [t.view(-1) for t in tensors]
+        return [t if t.dim() == 1 else t.view(-1) for t in tensors]
 
     @staticmethod
     def _check_no_aliasing(tensors: Sequence[torch.Tensor]) -> None:
         """Two arguments sharing memory would be summed into each other: refuse them."""
-        spans = []
-        for i, t in enumerate(tensors):
-            if t.numel():
-                start = t.data_ptr()
-                spans.append((t.device, start, start + t.numel() * t.element_size(), i))
-        spans.sort(key=lambda s: (str(s[0]), s[1]))
-        for (dev_a, _, end_a, i), (dev_b, start_b, _, j) in zip(spans, spans[1:]):
-            if dev_a == dev_b and start_b < end_a:
+        spans = sorted(
+            (t.device.type, t.device.index or 0, t.data_ptr(), t.data_ptr() + t.numel() * t.element_size(), i)
+            for i, t in enumerate(tensors)
+            if t.numel()
+        )
+        for a, b in zip(spans, spans[1:]):
+            if a[:2] == b[:2] and b[2] < a[3]:
+                i, j = sorted((a[4], b[4]))
                 raise CollectiveInputError(
-                    f"tensors[{min(i, j)}] and tensors[{max(i, j)}] share memory; each device needs its own tensor"
+                    f"tensors[{i}] and tensors[{j}] share memory; each device needs its own tensor"
                 )
 
 
