@@ -1,0 +1,396 @@
+"""The BSP-SGD trainer: one process, one model replica per device.
+
+Every iteration (``train_step``): split the global batch across the replicas, run
+forward and backward on each, average the sub-gradients with the configured
+communicator, update, and keep the parameters identical everywhere. Two ways to
+synchronise, both exact:
+
+* ``allreduce``: allreduce the gradients, then every replica takes the same step.
+* ``reduce``: reduce the gradients to the root, update there, broadcast the parameters
+  (the paper's formulation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import shutil
+import signal
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from lptrain.comm import build_communicator
+from lptrain.comm.devices import cuda_device_count, expand_device_spec, parse_devices
+from lptrain.data import batch_indices, epochs_to_steps, load_data, prepare
+from lptrain.models import SPECS, build_model, classification_loss
+from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from lptrain.train.log import Progress, RunLog
+from lptrain.train.replicas import Replicas
+from lptrain.train.schedule import learning_rate
+from lptrain.train.timing import PhaseTimer
+
+SYNC_MODES = ("allreduce", "reduce")
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be run as given."""
+
+
+@dataclass
+class Summary:
+    steps: int
+    final_loss: float
+    final_train_accuracy: float
+    eval_accuracy: float | None
+    eval_loss: float | None
+    mean_compute_ms: float
+    mean_comm_ms: float
+    comm_fraction: float
+    comm_GBps: float
+    images_per_s: float
+    wall_s: float
+    replicas_identical: bool
+    run_dir: str
+    checkpoint: str | None
+
+    def render(self, cfg: DictConfig, num_params: int) -> str:
+        acc = f"{100 * self.eval_accuracy:.2f}%" if self.eval_accuracy is not None else "n/a"
+        lines = [
+            "",
+            f"=== lptrain summary: {cfg.model.name} ({num_params / 1e6:.2f}M parameters) on {cfg.data.name} ===",
+            f"  communicator    {cfg.comm.name} ({cfg.trainer.sync}) over {cfg.trainer.devices}",
+            f"  steps           {self.steps} in {self.wall_s:.1f} s, {self.images_per_s:.0f} images/s",
+            f"  final loss      {self.final_loss:.4f} (train accuracy {100 * self.final_train_accuracy:.1f}%)",
+            f"  eval accuracy   {acc}",
+            f"  compute         {self.mean_compute_ms:.1f} ms per iteration",
+            f"  communication   {self.mean_comm_ms:.1f} ms per iteration ({100 * self.comm_fraction:.0f}% of the step),"
+            f" {self.comm_GBps:.2f} GB/s",
+            f"  replicas        {'identical' if self.replicas_identical else 'DIVERGED'}",
+            f"  logs            {self.run_dir}  (tensorboard --logdir {self.run_dir})",
+        ]
+        if self.checkpoint:
+            lines.append(f"  checkpoint      {self.checkpoint}  (resume with trainer.resume={self.checkpoint})")
+        return "\n".join(lines)
+
+
+def resolve_devices(spec: str) -> list[str]:
+    """``auto`` is every GPU when there are any, else four CPU replicas."""
+    if spec == "auto":
+        n = cuda_device_count()
+        return [f"cuda:{i}" for i in range(n)] if n else ["cpu"] * 4
+    return expand_device_spec(str(spec))
+
+
+class Trainer:
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        t = cfg.trainer
+        if t.sync not in SYNC_MODES:
+            raise ConfigError(f"trainer.sync={t.sync!r} is not valid; valid modes: {', '.join(SYNC_MODES)}")
+        self.devices = parse_devices(resolve_devices(t.devices))
+        p = len(self.devices)
+        self.per_device = self._per_device_batch(t, p)
+        self.global_batch = self.per_device * p
+        options = OmegaConf.to_container(cfg.comm.options, resolve=True) if cfg.comm.get("options") else {}
+        self.comm = build_communicator(cfg.comm.name, self.devices, **options)
+        self.data = load_data(cfg.data)
+        self.steps = (
+            epochs_to_steps(t.epochs, len(self.data.train), self.global_batch) if t.get("epochs") else int(t.steps)
+        )
+        if self.steps < 1:
+            raise ConfigError(f"trainer.steps must be at least 1, got {self.steps}")
+        spec = SPECS.get(cfg.model.name)
+        if spec is None:
+            raise ConfigError(f"unknown model {cfg.model.name!r}")
+        self.spec, self.image_size = spec, int(cfg.model.image_size)
+        torch.manual_seed(int(t.seed))
+        model = build_model(cfg.model.name, self.data.num_classes, self.image_size)
+        self.replicas = Replicas(model, self.devices)
+        o = cfg.optim
+        owners = self.replicas.models if t.sync == "allreduce" else self.replicas.models[:1]
+        self.optimizers = [
+            torch.optim.SGD(
+                m.parameters(),
+                lr=o.lr,
+                momentum=o.momentum,
+                weight_decay=o.weight_decay,
+                nesterov=bool(o.get("nesterov", False)),
+            )
+            for m in owners
+        ]
+        self.buckets = self._buckets(t.get("bucket_mb"))
+        self.start_step = 0
+        if t.get("resume"):
+            self._restore(load_checkpoint(t.resume))
+        self._stop_requested = False
+
+    # -- set-up helpers -------------------------------------------------------------------
+    @staticmethod
+    def _per_device_batch(t: DictConfig, p: int) -> int:
+        if t.get("global_batch"):
+            g = int(t.global_batch)
+            if g % p:
+                raise ConfigError(
+                    f"trainer.global_batch={g} does not split across {p} devices; "
+                    f"use a multiple of {p} (e.g. {p * max(1, round(g / p))}) or set trainer.batch_per_device"
+                )
+            return g // p
+        if int(t.batch_per_device) < 1:
+            raise ConfigError(f"trainer.batch_per_device must be at least 1, got {t.batch_per_device}")
+        return int(t.batch_per_device)
+
+    def _buckets(self, bucket_mb) -> list[tuple[int, int]]:
+        n = self.replicas.numel
+        if not bucket_mb:
+            return [(0, n)]
+        size = max(1, int(float(bucket_mb) * 2**20) // self.replicas.params[0].element_size())
+        return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+    # -- one iteration ---------------------------------------------------------------------
+    def train_step(self, step: int, timer: PhaseTimer) -> dict[str, float]:
+        p, reps = self.replicas.world_size, self.replicas
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                group["lr"] = self.lr(step)
+        idx = batch_indices(len(self.data.train), self.global_batch, step, int(self.cfg.trainer.seed))
+        images, labels = self.data.train.batch(idx)
+        shards = list(zip(images.chunk(p), labels.chunk(p)))
+
+        timer.start("comm_buffers")
+        for dtype in reps.buffers[0]:  # batch-norm statistics follow the root
+            self.comm.broadcast([b[dtype] for b in reps.buffers], root=0)
+        timer.stop("comm_buffers")
+        timer.start("compute")  # 2. forward and backward on every replica's slice
+        reps.zero_grad()
+        results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r]))
+        timer.stop("compute")
+        timer.start("comm")  # 3. average the sub-gradients
+        for a, b in self.buckets:
+            grads = [g[a:b] for g in reps.grads]
+            if self.cfg.trainer.sync == "allreduce":
+                self.comm.allreduce(grads, op="avg")
+            else:
+                self.comm.reduce(grads, root=0, op="avg")
+        timer.stop("comm")
+        timer.start("update")  # 4. update: everywhere, or on the root ...
+        for opt in self.optimizers:
+            opt.step()
+        timer.stop("update")
+        timer.start("comm_params")  # ... and then broadcast the weights from it
+        if self.cfg.trainer.sync == "reduce":
+            for a, b in self.buckets:
+                self.comm.broadcast([w[a:b] for w in reps.params], root=0)
+        timer.stop("comm_params")
+
+        ms = timer.elapsed_ms()
+        loss = sum(float(r[0]) for r in results) / p
+        correct = sum(int(r[1]) for r in results)
+        comm_ms = ms["comm"] + ms["comm_params"] + ms["comm_buffers"]
+        step_ms = sum(ms.values())
+        return {
+            "loss": loss,
+            "accuracy": correct / self.global_batch,
+            "compute_ms": ms["compute"],
+            "comm_ms": comm_ms,
+            "step_ms": step_ms,
+            "comm_bytes": float(self.bytes_per_step),
+            "comm_GBps": self.bytes_per_step / max(comm_ms, 1e-9) / 1e6,
+            "images_per_s": self.global_batch / max(step_ms, 1e-9) * 1e3,
+            "lr": self.lr(step),
+        }
+
+    def _forward_backward(self, rank: int, model, images: torch.Tensor, labels: torch.Tensor):
+        device = self.devices[rank]
+        x = prepare(
+            images.to(device, non_blocking=True), self.spec.in_channels, self.image_size, self.data.mean, self.data.std
+        )
+        y = labels.to(device, non_blocking=True)
+        loss, logits = classification_loss(model(x), y)
+        loss.backward()
+        return loss.detach(), (logits.argmax(1) == y).sum()
+
+    @property
+    def bytes_per_step(self) -> int:
+        grad_bytes = self.replicas.numel * self.replicas.params[0].element_size()
+        return grad_bytes * (2 if self.cfg.trainer.sync == "reduce" else 1)
+
+    def lr(self, step: int) -> float:
+        o = self.cfg.optim
+        return learning_rate(
+            step,
+            self.steps,
+            float(o.lr),
+            o.schedule,
+            int(o.get("warmup_steps", 0)),
+            int(o.get("step_size", 100)),
+            float(o.get("gamma", 0.1)),
+            float(o.get("min_lr", 0.0)),
+        )
+
+    @torch.no_grad()
+    def evaluate(self, max_batches: int | None = None) -> tuple[float, float]:
+        """Loss and accuracy of the root replica on the evaluation split."""
+        model, device = self.replicas.models[0], self.devices[0]
+        model.eval()
+        split, batch = self.data.test, int(self.cfg.trainer.get("eval_batch", 256))
+        total_loss, correct, seen = 0.0, 0, 0
+        for i, start in enumerate(range(0, len(split), batch)):
+            if max_batches is not None and i >= max_batches:
+                break
+            idx = torch.arange(start, min(start + batch, len(split)))
+            images, labels = split.batch(idx)
+            x = prepare(images.to(device), self.spec.in_channels, self.image_size, self.data.mean, self.data.std)
+            y = labels.to(device)
+            logits = model(x)
+            total_loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+            correct += int((logits.argmax(1) == y).sum())
+            seen += len(y)
+        model.train()
+        return total_loss / max(seen, 1), correct / max(seen, 1)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.pt"
+
+    def save(self, next_step: int) -> Path:
+        reps = self.replicas
+        state = {
+            "step": next_step,
+            "params": reps.params[0].cpu(),
+            "buffers": {str(k).removeprefix("torch."): v.cpu() for k, v in reps.buffers[0].items()},
+            "optimizer": self.optimizers[0].state_dict(),
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+        }
+        save_checkpoint(self.checkpoint_path, state)
+        if self.cfg.trainer.get("keep_checkpoints"):
+            kept = self.checkpoint_path.with_name(f"step_{next_step:08d}.pt")
+            shutil.copyfile(self.checkpoint_path, kept)
+        return self.checkpoint_path
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        reps = self.replicas
+        params = state.get("params")
+        if not isinstance(params, torch.Tensor) or params.numel() != reps.numel:
+            got = params.numel() if isinstance(params, torch.Tensor) else "none"
+            raise CheckpointError(f"checkpoint has {got} parameters, this model has {reps.numel}: a different model?")
+        with torch.no_grad():
+            for w in reps.params:
+                w.copy_(params)
+            for bufs in reps.buffers:
+                for dtype, flat in bufs.items():
+                    flat.copy_(state["buffers"][str(dtype).removeprefix("torch.")])
+        for opt in self.optimizers:
+            # A copy each: on the same device load_state_dict keeps the tensors it is
+            # given, and replicas sharing one momentum buffer would update it P times.
+            opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+        torch.set_rng_state(state["rng_cpu"])
+        if state.get("rng_cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
+        self.start_step = int(state["step"])
+
+    # -- the loop ------------------------------------------------------------------------------
+    def fit(self) -> Summary:
+        t = self.cfg.trainer
+        log = RunLog(self.run_dir, bool(t.get("tensorboard", True)), purge_step=self.start_step or None)
+        progress = Progress(self.steps, int(t.log_every), bool(t.get("progress", True)))
+        timer = PhaseTimer(self.devices)
+        if self.start_step:
+            progress.message(f"resumed at step {self.start_step} from {t.resume}")
+        previous = self._install_signal_handlers(progress)
+        history: list[dict[str, float]] = []
+        eval_loss = eval_acc = None
+        saved_at = None
+        t0 = time.perf_counter()
+        try:
+            for step in range(self.start_step, self.steps):
+                last = self.train_step(step, timer)
+                history.append(last)
+                done = step + 1
+                values = dict(last)
+                if t.eval_every and (done % int(t.eval_every) == 0 or done == self.steps):
+                    eval_loss, eval_acc = self.evaluate()
+                    values.update(eval_loss=eval_loss, eval_accuracy=eval_acc)
+                if done % int(t.log_every) == 0 or done == self.steps or "eval_accuracy" in values:
+                    log.scalars(done, values)
+                progress.update(step, last)
+                if (t.checkpoint_every and done % int(t.checkpoint_every) == 0) or self._stop_requested:
+                    self.save(done)
+                    saved_at = done
+                if self._stop_requested:
+                    path = self.checkpoint_path
+                    progress.message(f"interrupted after step {done}: saved {path}; resume with trainer.resume={path}")
+                    break
+            reached = self.start_step + len(history)
+            if t.checkpoint_every and saved_at != reached:
+                self.save(reached)
+                saved_at = reached
+            checkpoint = self.checkpoint_path if saved_at is not None else None
+        finally:
+            self._restore_signal_handlers(previous)
+        wall = time.perf_counter() - t0
+        summary = self._summarise(history, eval_loss, eval_acc, wall, checkpoint)
+        log.hparams(
+            {
+                "comm": self.cfg.comm.name,
+                "devices": len(self.devices),
+                "sync": t.sync,
+                "model": self.cfg.model.name,
+                "batch_per_device": self.per_device,
+                "lr": float(self.cfg.optim.lr),
+            },
+            {"eval_accuracy": summary.eval_accuracy or 0.0, "mean_comm_ms": summary.mean_comm_ms},
+        )
+        log.close()
+        return summary
+
+    def _summarise(self, history, eval_loss, eval_acc, wall, checkpoint) -> Summary:
+        timed = history[1:] or history  # the first step includes one-off set-up costs
+        mean = lambda key: statistics.fmean(h[key] for h in timed) if timed else math.nan  # noqa: E731
+        comm, step_ms = mean("comm_ms"), mean("step_ms")
+        last = history[-1] if history else {"loss": math.nan, "accuracy": math.nan}
+        return Summary(
+            steps=self.start_step + len(history),
+            final_loss=last["loss"],
+            final_train_accuracy=last["accuracy"],
+            eval_accuracy=eval_acc,
+            eval_loss=eval_loss,
+            mean_compute_ms=mean("compute_ms"),
+            mean_comm_ms=comm,
+            comm_fraction=comm / step_ms if step_ms else math.nan,
+            comm_GBps=self.bytes_per_step / comm / 1e6 if comm else math.nan,
+            images_per_s=self.global_batch / step_ms * 1e3 if step_ms else math.nan,
+            wall_s=wall,
+            replicas_identical=self.replicas.identical(),
+            run_dir=str(self.run_dir),
+            checkpoint=str(checkpoint) if checkpoint else None,
+        )
+
+    def _install_signal_handlers(self, progress: Progress):
+        """First Ctrl-C (or SIGTERM): finish the step, checkpoint, stop. Second: stop now."""
+
+        def request_stop(signum, frame):
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            self._stop_requested = True
+            progress.message("stopping after this step (press Ctrl-C again to abort without saving)")
+
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+                previous[sig] = signal.signal(sig, request_stop)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
