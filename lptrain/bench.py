@@ -191,7 +191,9 @@ def run(args: argparse.Namespace) -> list[Row]:
                 moved = None
                 if isinstance(comm, ScheduleCommunicator):
                     moved = comm.schedule(op, count, root, dtype).elements_moved() * itemsize
-                candidates.append(_Candidate(algo, _collective(comm, op, tensors, root), comm.devices, moved, wrong))
+                candidates.append(
+                    _Candidate(algo, collective_call(comm, op, tensors, root), comm.devices, moved, wrong)
+                )
             _measure(candidates, args)
             mem_bw = nbytes / statistics.median(candidates[0].times) / 1e9
             for c in candidates:
@@ -205,7 +207,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def _collective(comm: Communicator, op: str, tensors: list[torch.Tensor], root: int):
+def collective_call(comm: Communicator, op: str, tensors: list[torch.Tensor], root: int):
     """A no-argument call of ``op`` on ``tensors``, for the timer."""
     if op == "allreduce":
         return lambda: comm.allreduce(tensors)

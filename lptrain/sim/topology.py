@@ -1,0 +1,192 @@
+"""Machines as directed links with latency and bandwidth, and a route for every pair.
+
+Links are directed, so every cable is full duplex: ``a->b`` and ``b->a`` are two links.
+A link that several routes share (a PCIe switch's uplink, a node's network port) is one
+link object in all of those routes, which is how the simulator sees contention.
+
+Shipped machines (``TOPOLOGIES``):
+
+* ``private``: a dedicated full-duplex link between every pair, the assumption behind
+  the closed-form cost model (no contention anywhere).
+* ``pcie``: the paper's kind of machine: GPUs under PCIe switches (``per_switch`` each),
+  the switches under one root complex. Each GPU has a single port: everything it sends
+  or receives crosses its own uplink, and traffic between switches shares theirs.
+* ``nvlink``: an NVLink-style full mesh: every pair of GPUs has its own link.
+* ``nodes``: several nodes of GPUs under PCIe switches, joined through one network port
+  per node to a network switch.
+* ``host``: CPU "devices" in one process: one memory system does every transfer, one
+  after the other (``serial``), as the in-process CPU executor does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    bandwidth: float  # bytes per second
+    latency: float  # seconds
+
+
+@dataclass
+class Topology:
+    """``route(src, dst)`` is the tuple of links a message crosses.
+
+    ``overhead`` is the fixed cost of one message at the endpoints (launch, handshake);
+    ``gamma`` the seconds per byte of a reduction on the receiving device; ``serial``
+    says one engine performs every transfer in turn (the in-process CPU executor).
+    Routes are computed on demand, so machines of thousands of devices stay cheap.
+    """
+
+    name: str
+    world_size: int
+    overhead: float
+    gamma: float
+    router: Callable[[int, int], tuple[Link, ...]]
+    serial: bool = False
+    call_overhead: float = 0.0  # once per collective call (argument checks, planning)
+    _cache: dict[tuple[int, int], tuple[Link, ...]] = field(default_factory=dict, repr=False)
+
+    def route(self, src: int, dst: int) -> tuple[Link, ...]:
+        key = (src, dst)
+        if key not in self._cache:
+            if not (0 <= src < self.world_size and 0 <= dst < self.world_size) or src == dst:
+                raise ValueError(f"topology {self.name} has no route {src} -> {dst} (P = {self.world_size})")
+            self._cache[key] = self.router(src, dst)
+        return self._cache[key]
+
+    def describe(self) -> str:
+        sample = self.route(0, self.world_size - 1) if self.world_size > 1 else ()
+        return (
+            f"{self.name}: P={self.world_size}, route 0->{self.world_size - 1}: "
+            + (" ".join(f"{link.name}({link.bandwidth / 1e9:g} GB/s)" for link in sample) or "none")
+            + f"; message overhead {self.overhead * 1e6:g} us, reduction {self.gamma * 1e12:.2f} ps/B"
+            + (", serial" if self.serial else "")
+        )
+
+
+GB = 1e9
+
+# Figures assumed for the shipped machines (typical values, not fitted to any result).
+PCIE_BW, PCIE_HOP_LATENCY = 12 * GB, 1e-6  # PCIe Gen3 x16, effective, per direction
+NVLINK_BW, NVLINK_LATENCY = 50 * GB, 1e-6  # two NVLink 2 bricks per pair, per direction
+NETWORK_BW, NETWORK_LATENCY = 12.5 * GB, 5e-6  # 100 Gb/s per node
+GPU_OVERHEAD = 10e-6  # launch and synchronisation per message
+GPU_GAMMA = 3 / 900e9  # an add reads two operands and writes one, HBM at ~900 GB/s
+
+
+class _Links:
+    """Creates each named link once, so routes that name it share it."""
+
+    def __init__(self, bandwidth: float, latency: float) -> None:
+        self.bandwidth, self.latency = bandwidth, latency
+        self._made: dict[str, Link] = {}
+
+    def __call__(self, name: str, bandwidth: float | None = None, latency: float | None = None) -> Link:
+        if name not in self._made:
+            self._made[name] = Link(name, bandwidth or self.bandwidth, self.latency if latency is None else latency)
+        return self._made[name]
+
+
+def private(
+    p: int,
+    bandwidth: float = PCIE_BW,
+    latency: float = PCIE_HOP_LATENCY,
+    overhead: float = GPU_OVERHEAD,
+    gamma: float = GPU_GAMMA,
+    name: str = "private",
+) -> Topology:
+    link = _Links(bandwidth, latency)
+    return Topology(name, p, overhead, gamma, lambda a, b: (link(f"{a}->{b}"),))
+
+
+def nvlink(
+    p: int,
+    bandwidth: float = NVLINK_BW,
+    latency: float = NVLINK_LATENCY,
+    overhead: float = GPU_OVERHEAD,
+    gamma: float = GPU_GAMMA,
+) -> Topology:
+    return private(p, bandwidth, latency, overhead, gamma, name="nvlink")
+
+
+def _pcie_route(link: _Links, a: int, b: int, per_switch: int, prefix: str = "") -> tuple[Link, ...]:
+    """GPU a to GPU b inside one PCIe tree (a and b are positions within the tree)."""
+    sa, sb = a // per_switch, b // per_switch
+    if sa == sb:
+        return (link(f"{prefix}gpu{a}->sw{sa}"), link(f"{prefix}sw{sb}->gpu{b}"))
+    return (
+        link(f"{prefix}gpu{a}->sw{sa}"),
+        link(f"{prefix}sw{sa}->root"),
+        link(f"{prefix}root->sw{sb}"),
+        link(f"{prefix}sw{sb}->gpu{b}"),
+    )
+
+
+def pcie(
+    p: int,
+    per_switch: int = 4,
+    bandwidth: float = PCIE_BW,
+    latency: float = PCIE_HOP_LATENCY,
+    overhead: float = GPU_OVERHEAD,
+    gamma: float = GPU_GAMMA,
+) -> Topology:
+    link = _Links(bandwidth, latency)
+    return Topology("pcie", p, overhead, gamma, lambda a, b: _pcie_route(link, a, b, per_switch))
+
+
+def nodes(
+    p: int,
+    per_node: int = 8,
+    per_switch: int = 4,
+    bandwidth: float = PCIE_BW,
+    network_bandwidth: float = NETWORK_BW,
+    network_latency: float = NETWORK_LATENCY,
+    overhead: float = GPU_OVERHEAD,
+    gamma: float = GPU_GAMMA,
+) -> Topology:
+    """Nodes of ``per_node`` GPUs (ranks numbered node by node) behind one network port each."""
+    link = _Links(bandwidth, PCIE_HOP_LATENCY)
+
+    def route(a: int, b: int) -> tuple[Link, ...]:
+        na, nb = a // per_node, b // per_node
+        ia, ib = a % per_node, b % per_node
+        if na == nb:
+            return _pcie_route(link, ia, ib, per_switch, f"n{na}.")
+        sa, sb = ia // per_switch, ib // per_switch
+        return (
+            link(f"n{na}.gpu{ia}->sw{sa}"),
+            link(f"n{na}.sw{sa}->root"),
+            link(f"n{na}->net", network_bandwidth, network_latency),
+            link(f"net->n{nb}", network_bandwidth, network_latency),
+            link(f"n{nb}.root->sw{sb}"),
+            link(f"n{nb}.sw{sb}->gpu{ib}"),
+        )
+
+    return Topology("nodes", p, overhead, gamma, route)
+
+
+def host(
+    p: int, bandwidth: float = 13 * GB, overhead: float = 10e-6, gamma: float = 1 / 40e9, call_overhead: float = 20e-6
+) -> Topology:
+    """The in-process CPU executor: every transfer is a memory copy, one after the other.
+
+    The defaults are rough; ``lptrain.sim.calibrate`` fits all four figures to this machine.
+    """
+    memory = Link("memory", bandwidth, 0.0)
+    return Topology("host", p, overhead, gamma, lambda a, b: (memory,), serial=True, call_overhead=call_overhead)
+
+
+TOPOLOGIES = {"private": private, "pcie": pcie, "nvlink": nvlink, "nodes": nodes, "host": host}
+
+
+def build_topology(name: str, world_size: int, **params) -> Topology:
+    """A shipped machine by name; ``params`` override its figures (bandwidth=..., per_switch=...)."""
+    if name not in TOPOLOGIES:
+        raise ValueError(f"unknown topology {name!r}; valid topologies: {', '.join(TOPOLOGIES)}")
+    if world_size < 1:
+        raise ValueError(f"a topology needs at least one device, got P={world_size}")
+    return TOPOLOGIES[name](world_size, **params)

@@ -1,0 +1,149 @@
+"""The simulator against the closed-form cost model, contention, and calibration."""
+
+from __future__ import annotations
+
+import pytest
+
+from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.schedule import Kind, Schedule, Transfer
+from lptrain.sim import build_topology, simulate
+from lptrain.sim import costmodel as cm
+from lptrain.sim.calibrate import HostFit, Measurement, compare, fit, measure
+from lptrain.sim.topology import private
+
+ELEMENTS = 1 << 22  # 16 MiB of float32: divisible by every P and block below
+BLOCK = 1 << 18  # 1 MiB blocks: k = 16
+OPS = ("broadcast", "reduce", "allreduce")
+
+
+def _constants(topo):
+    link = topo.route(0, 1)[0]
+    return topo.overhead + link.latency, 1 / link.bandwidth, topo.gamma
+
+
+def _schedule(algo: str, op: str, p: int):
+    if algo.startswith("lp"):
+        mode = "reduce_broadcast" if algo == "lp-rb" else "overlapped"
+        if op == "allreduce":
+            return lp.allreduce(p, ELEMENTS, block=BLOCK, mode=mode)
+        return getattr(lp, op)(p, ELEMENTS, 0, block=BLOCK)
+    module = {"mst": mst, "be": be, "ring": ring}[algo]
+    return module.allreduce(p, ELEMENTS) if op == "allreduce" else getattr(module, op)(p, ELEMENTS, 0)
+
+
+def _closed_form(algo: str, op: str, p: int, alpha: float, beta: float, gamma: float) -> float:
+    n = ELEMENTS * 4
+    if algo.startswith("lp"):
+        return cm.lp(op, p, n, BLOCK * 4, alpha, beta, gamma, "reduce_broadcast" if algo == "lp-rb" else "overlapped")
+    return getattr(cm, algo)(op, p, n, alpha, beta, gamma)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16, 32])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("algo", ["lp", "lp-rb", "mst", "be", "ring"])
+def test_simulator_matches_the_closed_form_on_private_links(algo, op, p):
+    topo = private(p)
+    alpha, beta, gamma = _constants(topo)
+    predicted = simulate(_schedule(algo, op, p), topo).seconds
+    assert predicted == pytest.approx(_closed_form(algo, op, p, alpha, beta, gamma), rel=0.01)
+
+
+def _hand_made(p: int, pairs: list[tuple[int, int]], nbytes: int = 1 << 26) -> Schedule:
+    n = nbytes // 4
+    return Schedule("broadcast", "hand", p, n, 0, ((*(Transfer(a, b, 0, n, Kind.COPY) for a, b in pairs),),))
+
+
+def test_two_transfers_sharing_a_link_take_longer_than_one():
+    topo = build_topology("pcie", 8, per_switch=4)
+    alone = simulate(_hand_made(8, [(0, 4)]), topo).seconds
+    shared_uplink = simulate(_hand_made(8, [(0, 4), (1, 5)]), topo).seconds  # both cross sw0 -> root
+    separate = simulate(_hand_made(8, [(0, 4), (2, 3)]), topo).seconds  # 2 -> 3 stays under its switch
+    assert shared_uplink == pytest.approx(2 * alone, rel=0.01)
+    assert separate == pytest.approx(alone, rel=1e-9)
+    both_ways = simulate(_hand_made(8, [(0, 4), (4, 0)]), topo).seconds  # full duplex: no contention
+    assert both_ways == pytest.approx(alone, rel=1e-9)
+
+
+def test_one_port_per_gpu_doubles_lp_overlapped_allreduce():
+    """With private links LP (B) is ~n beta; through one PCIe port per GPU it is ~2 n beta."""
+    s = lp.allreduce(8, 1 << 26, block=1 << 18, mode="overlapped")  # 256 MiB in k = 256 blocks
+    on_private = simulate(s, private(8)).seconds
+    on_pcie = simulate(s, build_topology("pcie", 8)).seconds
+    assert 1.8 < on_pcie / on_private < 2.1
+
+
+def test_simulates_1024_devices():
+    s = lp.allreduce(1024, 1 << 24, block=1 << 20)
+    t = simulate(s, build_topology("nodes", 1024)).seconds
+    assert 0 < t < 10
+
+
+def test_bad_topology_arguments():
+    with pytest.raises(ValueError, match="valid topologies: private, pcie, nvlink, nodes, host"):
+        build_topology("torus", 4)
+    with pytest.raises(ValueError, match="P=4 but topology pcie has 8"):
+        simulate(ring.allreduce(4, 100), build_topology("pcie", 8))
+    with pytest.raises(ValueError, match="at least one device"):
+        build_topology("pcie", 0)
+
+
+def test_fit_recovers_known_constants():
+    truth = HostFit(call_overhead=20e-6, transfer_overhead=7e-6, bandwidth=11e9, gamma=1 / 30e9)
+    synthetic = []
+    for size in (1 << 12, 1 << 16, 1 << 20, 1 << 24):
+        for algo, module in (("mst", mst), ("ring", ring), ("be", be)):
+            for op in OPS:
+                s = module.allreduce(4, size) if op == "allreduce" else getattr(module, op)(4, size, 0)
+                seconds = simulate(s, truth.topology(4)).seconds
+                synthetic.append(Measurement(algo, op, size * 4, seconds, s))
+    fitted = fit(synthetic)
+    assert fitted.call_overhead == pytest.approx(truth.call_overhead, rel=1e-6)
+    assert fitted.transfer_overhead == pytest.approx(truth.transfer_overhead, rel=1e-6)
+    assert fitted.bandwidth == pytest.approx(truth.bandwidth, rel=1e-6)
+    assert fitted.gamma == pytest.approx(truth.gamma, rel=1e-6)
+    assert all(abs(r["error"]) < 1e-6 for r in compare(synthetic, fitted))
+
+
+def test_calibration_runs_on_this_machine():
+    runs = measure(3, [1 << 12, 1 << 16], algos=("lp", "ring"), ops=("allreduce",), trials=1, target_s=0.005)
+    model = fit(runs)
+    rows = compare(runs, model)
+    assert len(rows) == 4 and all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in rows)
+
+
+def test_sim_cli_predicts_and_rejects_bad_arguments(capsys):
+    from lptrain.sim import cli
+
+    assert (
+        cli.main(
+            ["predict", "--topology", "nvlink", "--devices", "4", "-b", "1M", "-e", "4M", "-f", "4", "--algo", "lp,be"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert out.count("\n") == 2 + 4 and " lp " in out and " be " in out
+    for argv, message in (
+        (["predict", "--algo", "lp,tree"], "unknown algorithm"),
+        (["predict", "-b", "1M", "-e", "1K"], "size range is empty"),
+        (["predict", "--devices", "0"], "at least 1"),
+    ):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_reproduce_paper_writes_figures_and_report(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--quick", "--docs", str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "PAPER_RESULTS.md").read_text()
+    for heading in ("Claim 1", "Claim 2", "Claim 3", "Measured here"):
+        assert heading in text
+    for png in ("time_vs_p", "bandwidth_vs_size", "models_vs_p", "calibration"):
+        assert (tmp_path / "figures" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
