@@ -88,19 +88,24 @@ def test_bad_topology_arguments():
 
 
 def test_fit_recovers_known_constants():
-    truth = HostFit(call_overhead=20e-6, transfer_overhead=7e-6, bandwidth=11e9, gamma=1 / 30e9)
+    truth = HostFit(
+        call_overhead=20e-6,
+        transfer_overhead=7e-6,
+        cached_bandwidth=40e9,
+        memory_bandwidth=11e9,
+        gamma=1 / 30e9,
+        cache_bytes=2**20,
+    )
     synthetic = []
-    for size in (1 << 12, 1 << 16, 1 << 20, 1 << 24):
+    for size in (1 << 10, 1 << 14, 1 << 16, 1 << 20, 1 << 24):  # both sides of the 1 MiB "cache"
         for algo, module in (("mst", mst), ("ring", ring), ("be", be)):
             for op in OPS:
                 s = module.allreduce(4, size) if op == "allreduce" else getattr(module, op)(4, size, 0)
-                seconds = simulate(s, truth.topology(4)).seconds
+                seconds = simulate(s, truth.topology(4, size * 4)).seconds
                 synthetic.append(Measurement(algo, op, size * 4, seconds, s))
-    fitted = fit(synthetic)
-    assert fitted.call_overhead == pytest.approx(truth.call_overhead, rel=1e-6)
-    assert fitted.transfer_overhead == pytest.approx(truth.transfer_overhead, rel=1e-6)
-    assert fitted.bandwidth == pytest.approx(truth.bandwidth, rel=1e-6)
-    assert fitted.gamma == pytest.approx(truth.gamma, rel=1e-6)
+    fitted = fit(synthetic, cache_bytes=2**20)
+    for name in ("call_overhead", "transfer_overhead", "cached_bandwidth", "memory_bandwidth", "gamma"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     assert all(abs(r["error"]) < 1e-6 for r in compare(synthetic, fitted))
 
 

@@ -21,12 +21,13 @@ CPU_ALPHA_S = 10e-6
 CPU_BETA_S_PER_BYTE = 1 / 13e9
 
 
-def _lp(devices, *, accumulate_fp32=True, block_size="auto", order=None, allreduce="overlapped") -> Communicator:
-    """lp options: ``block_size`` in bytes (int, "4M", or "auto" for the cost-model optimum),
-    ``order`` (the chain, a permutation of the ranks), ``allreduce`` ("overlapped" or
-    "reduce_broadcast")."""
-    devices = parse_devices(devices)
-    chain = lp.check_order(order, len(devices))
+def lp_builders(world_size: int, on_cpu: bool, block_size="auto", order=None, allreduce="overlapped"):
+    """LP's schedule builders for ``world_size`` ranks, and the options as resolved.
+
+    The auto block size follows the cost model with figures for the links: PCIe for GPUs
+    (the paper's), a memory copy plus Python dispatch for CPU "devices" and processes.
+    """
+    chain = lp.check_order(order, world_size)
     if allreduce not in lp.ALLREDUCE_MODES:
         raise CollectiveInputError(
             f"unknown lp allreduce mode {allreduce!r}; valid modes: {', '.join(lp.ALLREDUCE_MODES)}"
@@ -34,10 +35,6 @@ def _lp(devices, *, accumulate_fp32=True, block_size="auto", order=None, allredu
     fixed_bytes = None if block_size == "auto" else parse_size(block_size, "lp block_size")
     if fixed_bytes is not None and fixed_bytes < 1:
         raise CollectiveInputError(f"lp block_size must be at least 1 byte, got {block_size!r}")
-
-    # The auto block size follows the cost model with figures for the devices' links:
-    # PCIe for GPUs (the paper's), a memory copy plus Python dispatch for CPU "devices".
-    on_cpu = devices[0].type == "cpu"
     alpha, beta = (CPU_ALPHA_S, CPU_BETA_S_PER_BYTE) if on_cpu else (lp.DEFAULT_ALPHA_S, lp.DEFAULT_BETA_S_PER_BYTE)
 
     def block(p: int, n: int, itemsize: int) -> int:
@@ -49,7 +46,15 @@ def _lp(devices, *, accumulate_fp32=True, block_size="auto", order=None, allredu
         "reduce": lambda p, n, root, isz: lp.reduce(p, n, root, block=block(p, n, isz), order=chain),
         "allreduce": lambda p, n, root, isz: lp.allreduce(p, n, block=block(p, n, isz), order=chain, mode=allreduce),
     }
-    options = {"block_size": block_size, "order": chain, "allreduce": allreduce}
+    return builders, {"block_size": block_size, "order": chain, "allreduce": allreduce}
+
+
+def _lp(devices, *, accumulate_fp32=True, block_size="auto", order=None, allreduce="overlapped") -> Communicator:
+    """lp options: ``block_size`` in bytes (int, "4M", or "auto" for the cost-model optimum),
+    ``order`` (the chain, a permutation of the ranks), ``allreduce`` ("overlapped" or
+    "reduce_broadcast")."""
+    devices = parse_devices(devices)
+    builders, options = lp_builders(len(devices), devices[0].type == "cpu", block_size, order, allreduce)
     return ScheduleCommunicator("lp", devices, builders, accumulate_fp32=accumulate_fp32, options=options)
 
 

@@ -6,10 +6,11 @@ runs every transfer in turn, so a call costs
     T = c0 + alpha * transfers + beta * bytes + gamma * reduced_bytes
 
 (``c0`` per call, ``alpha`` per transfer, ``beta`` per byte copied, ``gamma`` per byte
-added). The four constants come from a least-squares fit, weighted so that every
-measurement counts by its relative error, over runs of every algorithm and operation
-at several sizes; the fitted topology then predicts each run, side by side with what
-was measured.
+added), where ``beta`` takes one of two values: copies are faster while all the devices'
+buffers fit in the last-level cache than when they stream from memory. The five
+constants come from a least-squares fit, weighted so that every measurement counts by
+its relative error, over runs of every algorithm and operation at several sizes; the
+fitted topology then predicts each run, side by side with what was measured.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -39,17 +41,40 @@ class Measurement:
     itemsize: int = 4
 
 
+def last_level_cache_bytes(default: int = 32 * 2**20) -> int:
+    """The largest CPU cache this machine reports (Linux sysfs), else ``default``."""
+    best = 0
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, int(digits) * scale)
+    return best or default
+
+
 @dataclass(frozen=True)
 class HostFit:
+    """The host model's constants. Copies run at ``cached_bandwidth`` while the devices'
+    buffers (P times the message) fit in the last-level cache, else at ``memory_bandwidth``."""
+
     call_overhead: float
     transfer_overhead: float
-    bandwidth: float
+    cached_bandwidth: float
+    memory_bandwidth: float
     gamma: float
+    cache_bytes: int
 
-    def topology(self, world_size: int) -> Topology:
+    def bandwidth_for(self, world_size: int, message_bytes: int) -> float:
+        return self.cached_bandwidth if world_size * message_bytes <= self.cache_bytes else self.memory_bandwidth
+
+    def topology(self, world_size: int, message_bytes: int) -> Topology:
         return host(
             world_size,
-            bandwidth=self.bandwidth,
+            bandwidth=self.bandwidth_for(world_size, message_bytes),
             overhead=self.transfer_overhead,
             gamma=self.gamma,
             call_overhead=self.call_overhead,
@@ -58,33 +83,55 @@ class HostFit:
     def describe(self) -> str:
         return (
             f"c0 = {self.call_overhead * 1e6:.1f} us per call, alpha = {self.transfer_overhead * 1e6:.2f} us per "
-            f"transfer, bandwidth = {self.bandwidth / 1e9:.2f} GB/s, gamma = {self.gamma * 1e12:.1f} ps/B "
-            f"(= {1 / self.gamma / 1e9 if self.gamma else float('inf'):.1f} GB/s of additions)"
+            f"transfer, copies at {self.cached_bandwidth / 1e9:.1f} GB/s while P x message fits the "
+            f"{self.cache_bytes // 2**20} MiB cache and {self.memory_bandwidth / 1e9:.1f} GB/s beyond, "
+            f"gamma = {self.gamma * 1e12:.1f} ps/B (= {1 / self.gamma / 1e9 if self.gamma else float('inf'):.1f} GB/s "
+            "of additions)"
         )
 
 
-def features(m: Measurement) -> list[float]:
+def features(m: Measurement, cache_bytes: int) -> list[float]:
+    """Regressors of ``c0, alpha, 1/cached_bw, 1/memory_bw, gamma`` for one measurement."""
     transfers = m.schedule.transfers
     moved = sum(t.count for t in transfers) * m.itemsize
     reduced = sum(t.count for t in transfers if t.kind is Kind.REDUCE) * m.itemsize
-    return [1.0, float(len(transfers)), float(moved), float(reduced)]
+    cached = m.schedule.world_size * m.nbytes <= cache_bytes
+    return [
+        1.0,
+        float(len(transfers)),
+        float(moved) if cached else 0.0,
+        0.0 if cached else float(moved),
+        float(reduced),
+    ]
 
 
-def fit(measurements: Sequence[Measurement]) -> HostFit:
+def fit(measurements: Sequence[Measurement], cache_bytes: int | None = None) -> HostFit:
     """Least squares on relative error; constants that come out negative are pinned to 0."""
-    x = np.array([features(m) for m in measurements])
+    cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
+    x = np.array([features(m, cache) for m in measurements])
     y = np.array([m.seconds for m in measurements])
     w = 1 / y
-    free = list(range(4))
-    coef = np.zeros(4)
+    free = [i for i in range(5) if x[:, i].any()]  # a regime with no measurement stays unfitted
+    coef = np.zeros(5)
     while free:
         sol, *_ = np.linalg.lstsq(x[:, free] * w[:, None], y * w, rcond=None)
         if (sol >= 0).all():
             coef[free] = sol
             break
         free.pop(int(np.argmin(sol)))
-    c0, alpha, beta, gamma = coef
-    return HostFit(float(c0), float(alpha), float(1 / beta) if beta > 0 else float("inf"), float(gamma))
+    c0, alpha, beta_cached, beta_memory, gamma = coef
+    # An unmeasured regime borrows the other's figure rather than claiming infinite speed.
+    beta_cached = beta_cached or beta_memory
+    beta_memory = beta_memory or beta_cached
+    inf = float("inf")
+    return HostFit(
+        float(c0),
+        float(alpha),
+        1 / beta_cached if beta_cached else inf,
+        1 / beta_memory if beta_memory else inf,
+        float(gamma),
+        cache,
+    )
 
 
 def measure(
@@ -124,7 +171,8 @@ def compare(measurements: Sequence[Measurement], model: HostFit) -> list[dict]:
     """Each measurement beside the fitted model's prediction, with the relative error."""
     rows = []
     for m in measurements:
-        predicted = simulate(m.schedule, model.topology(m.schedule.world_size), m.itemsize).seconds
+        topology = model.topology(m.schedule.world_size, m.nbytes)
+        predicted = simulate(m.schedule, topology, m.itemsize).seconds
         rows.append(
             {
                 "algo": m.algo,
