@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -26,6 +27,7 @@ from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, b
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator
 from lptrain.comm.devices import expand_device_spec
 from lptrain.comm.sizes import format_size, parse_size
+from lptrain.train.launch import launched_by_torchrun
 
 OPS = ("allreduce", "broadcast", "reduce")
 DTYPES = {
@@ -287,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the correctness check")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     p.add_argument("--quiet", action="store_true", help="print no table (with --json)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds before a silent peer is an error (torchrun)")
     return p
 
 
@@ -301,10 +304,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"-n must be at least 1, got {args.iters}")
         if args.trials < 1:
             raise ValueError(f"--trials must be at least 1, got {args.trials}")
-        rows = run(args)
+        if launched_by_torchrun():  # one tensor per process, over torch.distributed
+            from lptrain.bench_dist import run_distributed
+
+            rows = run_distributed(args)
+        else:
+            rows = run(args)
     except (ValueError, BackendUnavailableError) as err:
         parser.error(str(err))
-    if args.json:
+    if args.json and int(os.environ.get("RANK", "0")) == 0:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)
     return 0

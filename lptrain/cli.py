@@ -29,10 +29,14 @@ def run(cfg: DictConfig, run_dir: Path) -> float | None:
     """Train as configured; print the summary; return the final evaluation accuracy."""
     trainer = Trainer(cfg, run_dir)
     params = parameter_count(trainer.replicas.models[0])
+    if not trainer.is_main:  # another process of a torchrun job: rank 0 reports
+        trainer.fit()
+        return None
+    where = f", {trainer.nprocs} processes" if trainer.nprocs > 1 else ""
     print(
         f"lptrain: {cfg.model.name} ({params / 1e6:.2f}M parameters, {trainer.bytes_per_step / 2**20:.1f} MiB "
         f"communicated per step) on {cfg.data.name}, {cfg.comm.name} over {len(trainer.devices)} x "
-        f"{trainer.devices[0].type}, global batch {trainer.global_batch}, {trainer.steps} steps\n"
+        f"{trainer.devices[0].type}{where}, global batch {trainer.global_batch}, {trainer.steps} steps\n"
         f"lptrain: logs in {run_dir} (tensorboard --logdir {run_dir})",
         flush=True,
     )

@@ -86,15 +86,30 @@ def options_of(name: str) -> list[str]:
     return [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
-def build_communicator(name: str, devices: Sequence[str | torch.device], **options: Any) -> Communicator:
-    """Build communicator ``name`` (one of lp, mst, be, ring, nccl) over ``devices``.
+DISTRIBUTED_OPTIONS = ("timeout_s", "check_desync")
 
-    ``devices`` is a list such as ``["cpu"] * 4`` or ``["cuda:0", "cuda:1"]``. Options
-    are algorithm-specific (``options_of(name)`` lists them); every communicator takes
-    ``accumulate_fp32`` (default True: float16/bfloat16 sums accumulate in float32).
+
+def build_communicator(
+    name: str, devices: Sequence[str | torch.device] | None = None, *, process_group=None, **options: Any
+):
+    """Build communicator ``name`` (one of lp, mst, be, ring, nccl).
+
+    In one process: over ``devices``, a list such as ``["cpu"] * 4`` or ``["cuda:0",
+    "cuda:1"]``, one tensor per device. Across processes: over ``process_group`` (for
+    instance ``torch.distributed.group.WORLD`` under torchrun), one tensor per rank;
+    there ``nccl`` means the backend's own collective, and ``timeout_s`` (default 300) and
+    ``check_desync`` (default True) are accepted too. Options are algorithm-specific
+    (``options_of(name)`` lists them); every communicator takes ``accumulate_fp32``
+    (default True: float16/bfloat16 sums accumulate in float32).
     """
     if name not in FACTORIES:
         raise CollectiveInputError(f"unknown communicator {name!r}; valid names: {', '.join(NAMES)}")
+    if process_group is not None:
+        if devices is not None:
+            raise CollectiveInputError("give devices (one process) or process_group (several), not both")
+        return _distributed(name, process_group, options)
+    if devices is None:
+        raise CollectiveInputError("build_communicator needs devices=[...] or process_group=...")
     valid = options_of(name)
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -102,6 +117,35 @@ def build_communicator(name: str, devices: Sequence[str | torch.device], **optio
             f"unknown option(s) {', '.join(map(repr, unknown))} for {name}; valid options: {', '.join(valid)}"
         )
     return FACTORIES[name](devices, **options)
+
+
+def _distributed(name: str, group, options: dict[str, Any]):
+    import torch.distributed as dist
+
+    from lptrain.comm.distributed import DistributedCommunicator
+
+    valid = [o for o in options_of(name) if o != "accumulate_fp32"] if name == "lp" else []
+    valid = ["accumulate_fp32", *valid, *DISTRIBUTED_OPTIONS]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise CollectiveInputError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for distributed {name}; valid options: "
+            f"{', '.join(valid)}"
+        )
+    common = {k: options.pop(k) for k in ("accumulate_fp32", *DISTRIBUTED_OPTIONS) if k in options}
+    if not dist.is_initialized():
+        raise CollectiveInputError("torch.distributed is not initialised: call init_process_group() (or use torchrun)")
+    if group is dist.group.WORLD:
+        group = dist.distributed_c10d._get_default_group()
+    world = dist.get_world_size(group)
+    on_cpu = dist.get_backend(group) == "gloo"
+    if name == "nccl":
+        builders = None
+    elif name == "lp":
+        builders, _ = lp_builders(world, on_cpu, **options)
+    else:
+        builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
+    return DistributedCommunicator(name, group, builders, **common)
 
 
 def available() -> list[str]:

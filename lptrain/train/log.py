@@ -28,8 +28,11 @@ TAGS = {
 
 
 class RunLog:
-    def __init__(self, run_dir: Path, tensorboard: bool, purge_step: int | None = None) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_dir: Path, tensorboard: bool, purge_step: int | None = None, enabled: bool = True) -> None:
+        self.run_dir, self.enabled = run_dir, enabled
+        self.writer = None
+        if not enabled:  # not rank 0 of a multi-process run: nothing is written
+            return
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / "metrics.jsonl"
         if purge_step is not None and path.exists():
@@ -38,13 +41,14 @@ class RunLog:
             kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= purge_step]
             path.write_text("".join(line + "\n" for line in kept))
         self._jsonl = open(path, "a")  # noqa: SIM115 - closed in close()
-        self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=purge_step)
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
+        if not self.enabled:
+            return
         self._jsonl.write(json.dumps({"step": step, **values}) + "\n")
         self._jsonl.flush()
         if self.writer is not None:
@@ -57,6 +61,8 @@ class RunLog:
             self.writer.add_hparams(clean, {f"hparam/{k}": v for k, v in metrics.items()}, run_name="hparams")
 
     def close(self) -> None:
+        if not self.enabled:
+            return
         self._jsonl.close()
         if self.writer is not None:
             self.writer.close()
@@ -65,8 +71,8 @@ class RunLog:
 class Progress:
     """A live line on a terminal (rewritten every step), a plain line per interval elsewhere."""
 
-    def __init__(self, total: int, every: int, enabled: bool = True, stream=None) -> None:
-        self.total, self.every, self.enabled = total, max(1, every), enabled
+    def __init__(self, total: int, every: int, enabled: bool = True, stream=None, messages: bool = True) -> None:
+        self.total, self.every, self.enabled, self.messages = total, max(1, every), enabled, messages
         self.stream = stream or sys.stdout
         self.live = enabled and self.stream.isatty()
         self.t0 = time.perf_counter()
@@ -90,7 +96,9 @@ class Progress:
             print(text, file=self.stream, flush=True)
 
     def message(self, text: str) -> None:
-        """Always shown, even with the step lines turned off."""
+        """Shown even with the step lines turned off (but only by rank 0)."""
+        if not self.messages:
+            return
         if self.live:
             print(file=self.stream)
         print(text, file=self.stream, flush=True)

@@ -24,13 +24,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from lptrain.comm import build_communicator
 from lptrain.comm.devices import cuda_device_count, expand_device_spec, parse_devices
+from lptrain.comm.hierarchical import HierarchicalCommunicator
 from lptrain.data import batch_indices, epochs_to_steps, load_data, prepare
 from lptrain.models import SPECS, build_model, classification_loss
 from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from lptrain.train.launch import (
+    any_across,
+    init_from_environment,
+    launched_by_torchrun,
+    local_rank,
+    same_everywhere,
+    sum_across,
+)
 from lptrain.train.log import Progress, RunLog
 from lptrain.train.replicas import Replicas
 from lptrain.train.schedule import learning_rate
@@ -81,9 +91,12 @@ class Summary:
 
 
 def resolve_devices(spec: str) -> list[str]:
-    """``auto`` is every GPU when there are any, else four CPU replicas."""
+    """``auto`` is every GPU when there are any, else four CPU replicas; under torchrun,
+    this process's GPU (``cuda:LOCAL_RANK``), else one CPU replica per process."""
     if spec == "auto":
         n = cuda_device_count()
+        if launched_by_torchrun():
+            return [f"cuda:{local_rank() % n}"] if n else ["cpu"]
         return [f"cuda:{i}" for i in range(n)] if n else ["cpu"] * 4
     return expand_device_spec(str(spec))
 
@@ -95,11 +108,13 @@ class Trainer:
         if t.sync not in SYNC_MODES:
             raise ConfigError(f"trainer.sync={t.sync!r} is not valid; valid modes: {', '.join(SYNC_MODES)}")
         self.devices = parse_devices(resolve_devices(t.devices))
-        p = len(self.devices)
+        timeout_s = float(t.get("comm_timeout_s", 300))
+        self.rank, self.nprocs = init_from_environment(list(self.devices), timeout_s)
+        p = len(self.devices) * self.nprocs  # replicas in all processes
         self.per_device = self._per_device_batch(t, p)
         self.global_batch = self.per_device * p
-        options = OmegaConf.to_container(cfg.comm.options, resolve=True) if cfg.comm.get("options") else {}
-        self.comm = build_communicator(cfg.comm.name, self.devices, **options)
+        self.local_batch = self.per_device * len(self.devices)
+        self.comm = self._communicator(cfg, timeout_s, bool(t.get("check_desync", True)))
         self.data = load_data(cfg.data)
         self.steps = (
             epochs_to_steps(t.epochs, len(self.data.train), self.global_batch) if t.get("epochs") else int(t.steps)
@@ -132,6 +147,25 @@ class Trainer:
         self._stop_requested = False
 
     # -- set-up helpers -------------------------------------------------------------------
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, evaluates and checkpoints; the other processes only train."""
+        return self.rank == 0
+
+    def _communicator(self, cfg: DictConfig, timeout_s: float, check_desync: bool):
+        options = OmegaConf.to_container(cfg.comm.options, resolve=True) if cfg.comm.get("options") else {}
+        name = cfg.comm.name
+        if self.nprocs == 1:
+            return build_communicator(name, self.devices, **options)
+        # Under torchrun: the algorithm inside the process over its devices, and across the
+        # processes over torch.distributed ("nccl" there is the backend's own collective).
+        local_name = "ring" if name == "nccl" and self.devices[0].type == "cpu" else name
+        local = build_communicator(local_name, self.devices, **options)
+        remote = build_communicator(
+            name, process_group=dist.group.WORLD, timeout_s=timeout_s, check_desync=check_desync, **options
+        )
+        return HierarchicalCommunicator(local, remote)
+
     @staticmethod
     def _per_device_batch(t: DictConfig, p: int) -> int:
         if t.get("global_batch"):
@@ -160,6 +194,7 @@ class Trainer:
             for group in opt.param_groups:
                 group["lr"] = self.lr(step)
         idx = batch_indices(len(self.data.train), self.global_batch, step, int(self.cfg.trainer.seed))
+        idx = idx[self.rank * self.local_batch : (self.rank + 1) * self.local_batch]  # this process's share
         images, labels = self.data.train.batch(idx)
         shards = list(zip(images.chunk(p), labels.chunk(p)))
 
@@ -192,6 +227,9 @@ class Trainer:
         ms = timer.elapsed_ms()
         loss = sum(float(r[0]) for r in results) / p
         correct = sum(int(r[1]) for r in results)
+        if self.nprocs > 1:
+            loss, correct = sum_across([loss, correct], self.devices[0])
+            loss /= self.nprocs
         comm_ms = ms["comm"] + ms["comm_params"] + ms["comm_buffers"]
         step_ms = sum(ms.values())
         return {
@@ -261,6 +299,8 @@ class Trainer:
         return self.run_dir / "checkpoints" / "last.pt"
 
     def save(self, next_step: int) -> Path:
+        if not self.is_main:
+            return self.checkpoint_path
         reps = self.replicas
         state = {
             "step": next_step,
@@ -301,8 +341,12 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------
     def fit(self) -> Summary:
         t = self.cfg.trainer
-        log = RunLog(self.run_dir, bool(t.get("tensorboard", True)), purge_step=self.start_step or None)
-        progress = Progress(self.steps, int(t.log_every), bool(t.get("progress", True)))
+        log = RunLog(
+            self.run_dir, bool(t.get("tensorboard", True)), purge_step=self.start_step or None, enabled=self.is_main
+        )
+        progress = Progress(
+            self.steps, int(t.log_every), bool(t.get("progress", True)) and self.is_main, messages=self.is_main
+        )
         timer = PhaseTimer(self.devices)
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
@@ -317,7 +361,9 @@ class Trainer:
                 history.append(last)
                 done = step + 1
                 values = dict(last)
-                if t.eval_every and (done % int(t.eval_every) == 0 or done == self.steps):
+                if self.nprocs > 1:  # every process stops at the same step
+                    self._stop_requested = any_across(self._stop_requested, self.devices[0])
+                if self.is_main and t.eval_every and (done % int(t.eval_every) == 0 or done == self.steps):
                     eval_loss, eval_acc = self.evaluate()
                     values.update(eval_loss=eval_loss, eval_accuracy=eval_acc)
                 if done % int(t.log_every) == 0 or done == self.steps or "eval_accuracy" in values:
@@ -370,7 +416,8 @@ class Trainer:
             comm_GBps=self.bytes_per_step / comm / 1e6 if comm else math.nan,
             images_per_s=self.global_batch / step_ms * 1e3 if step_ms else math.nan,
             wall_s=wall,
-            replicas_identical=self.replicas.identical(),
+            replicas_identical=self.replicas.identical()
+            and (self.nprocs == 1 or same_everywhere(self.replicas.params[0])),
             run_dir=str(self.run_dir),
             checkpoint=str(checkpoint) if checkpoint else None,
         )

@@ -1,0 +1,131 @@
+"""``lptrain-bench`` under torchrun: the schedules over torch.distributed against the
+backend's own collective (gloo's or NCCL's native algorithm), in one run.
+
+    torchrun --nproc-per-node 4 -m lptrain.bench --op allreduce -b 1M -e 256M
+
+One tensor per process (CPU with gloo, ``cuda:LOCAL_RANK`` with NCCL). A row's time is
+the slowest rank's, the median of round-robin trials; ``#wrong`` sums every rank's check.
+The native collective appears as ``gloo`` or ``nccl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from lptrain.bench import DTYPES, Row, _emit, _header, _pattern, bus_factor, message_sizes
+from lptrain.comm import build_communicator
+
+SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring")
+
+
+def _build(algo: str, args: argparse.Namespace):
+    if algo == "native":
+        return build_communicator("nccl", process_group=dist.group.WORLD, timeout_s=args.timeout, check_desync=False)
+    options = {"block_size": args.lp_block} if algo.startswith("lp") else {}
+    if algo == "lp-rb":
+        options["allreduce"] = "reduce_broadcast"
+    return build_communicator(
+        algo.split("-")[0], process_group=dist.group.WORLD, timeout_s=args.timeout, check_desync=False, **options
+    )
+
+
+def _call(comm, op: str, tensor: torch.Tensor, root: int):
+    if op == "allreduce":
+        return lambda: comm.allreduce(tensor)
+    if op == "reduce":
+        return lambda: comm.reduce(tensor, root=root)
+    return lambda: comm.broadcast(tensor, root=root)
+
+
+def _wrong(comm, op: str, count: int, dtype: torch.dtype, root: int, device: torch.device) -> int:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = _pattern(rank, count, dtype, device)
+    original = mine.clone()
+    _call(comm, op, mine, root)()
+    if op == "broadcast":
+        expected = _pattern(root, count, dtype, device)
+    elif op == "allreduce" or rank == root:
+        expected = sum(_pattern(r, count, dtype, device).double() for r in range(world)).to(dtype)
+    else:
+        expected = original
+    wrong = torch.tensor([float((mine != expected).sum())], device=device)
+    dist.all_reduce(wrong)
+    return int(wrong.item())
+
+
+def _slowest(seconds: float, device: torch.device) -> float:
+    t = torch.tensor([seconds], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _time(fn, calls: int, device: torch.device) -> float:
+    dist.barrier()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return _slowest((time.perf_counter() - t0) / calls, device)
+
+
+def run_distributed(args: argparse.Namespace) -> list[Row]:
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    backend = dist.get_backend()
+    device = torch.device(f"cuda:{torch.cuda.current_device()}") if backend == "nccl" else torch.device("cpu")
+    dtype = DTYPES[args.dtype]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    wanted = [a.strip() for a in args.algo.split(",") if a.strip()]
+    algos = [a for a in wanted if a in SCHEDULES] + (["native"] if any(a in ("nccl", "native") for a in wanted) else [])
+    comms = {a: _build(a, args) for a in algos}
+    label = {a: (backend if a == "native" else a) for a in algos}
+    ops = ["allreduce", "broadcast", "reduce"] if args.op == "all" else [args.op]
+    out = __import__("sys").stdout if rank == 0 and not args.quiet else None
+    rows: list[Row] = []
+    for op in ops:
+        _header(out, op, world, f"{backend} process", args.dtype)
+        for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
+            count = size // itemsize
+            nbytes = count * itemsize
+            tensor = torch.zeros(count, dtype=dtype, device=device)
+            candidates = []
+            for algo, comm in comms.items():
+                wrong = _wrong(comm, op, count, dtype, args.root, device) if args.check else None
+                fn = _call(comm, op, tensor, args.root)
+                one = max(_time(fn, 1, device) for _ in range(max(args.warmup, 1)))
+                calls = args.iters or int(min(max(args.target_time / args.trials / max(one, 1e-9), 1), 1000))
+                candidates.append([algo, comm, fn, calls, wrong, []])
+            for _ in range(args.trials):
+                for c in candidates:
+                    c[5].append(_time(c[2], c[3], device))
+            for algo, comm, _, _, wrong, times in candidates:
+                sec = statistics.median(times)
+                algbw = nbytes / sec / 1e9
+                moved = None
+                if algo != "native":
+                    moved = comm.schedule(op, count, args.root, dtype).elements_moved() * itemsize / sec / 1e9
+                row = Row(
+                    op,
+                    nbytes,
+                    count,
+                    args.dtype,
+                    label[algo],
+                    world,
+                    sec * 1e6,
+                    algbw,
+                    algbw * bus_factor(op, world),
+                    moved,
+                    None,
+                    wrong,
+                )
+                rows.append(_emit(out, row))
+    return rows

@@ -1,0 +1,217 @@
+"""The multi-process executor: the same schedules over ``torch.distributed``.
+
+One tensor per rank (gloo on the CPU, NCCL on GPUs), launched with ``torchrun``: no
+home-made transport. Every step of a schedule becomes one batch of ``isend``/``irecv``
+(``torch.distributed.batch_isend_irecv``); what a rank receives lands in a staging
+buffer and is copied or added once the step's messages are in. Messages travel as raw
+bytes, so every dtype goes over any backend.
+
+Two safety nets, because a distributed job fails in ways a single process cannot:
+
+* a timeout on every message: a peer that died or stalls makes the others stop with
+  an error naming the operation, the step and the peer, instead of hanging;
+* a desync check: before each collective the ranks compare a fingerprint (sequence
+  number, operation, shape, dtype, algorithm, root); a mismatch fails on every rank and
+  shows every rank's side, instead of producing garbage or a hang. ``check_desync=False``
+  turns it off for speed.
+
+``nccl`` here means the backend's own collective (``torch.distributed.all_reduce`` and
+friends): gloo's or NCCL's native algorithm, the baseline the schedules are held to.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from lptrain.comm.communicator import HALF_DTYPES, REDUCE_OPS, SUPPORTED_DTYPES
+from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.schedule import Kind, Schedule
+
+
+class CollectiveError(RuntimeError):
+    """A distributed collective failed: a peer died, stalled past the timeout, or desynced."""
+
+
+class DesyncError(CollectiveError):
+    """The ranks did not all call the same collective on the same kind of tensor."""
+
+
+class DistributedCommunicator:
+    """``broadcast``, ``reduce`` and ``allreduce`` of one tensor per rank of ``group``."""
+
+    def __init__(
+        self,
+        name: str,
+        group: dist.ProcessGroup,
+        builders: dict[str, Callable[[int, int, int | None, int], Schedule]] | None,
+        *,
+        accumulate_fp32: bool = True,
+        timeout_s: float = 300.0,
+        check_desync: bool = True,
+    ) -> None:
+        if not dist.is_initialized():
+            raise CollectiveInputError(
+                "torch.distributed is not initialised: call torch.distributed.init_process_group() first "
+                "(torchrun sets up the environment for it)"
+            )
+        if timeout_s <= 0:
+            raise CollectiveInputError(f"timeout_s must be positive, got {timeout_s}")
+        self.name, self.group = name, group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.backend = dist.get_backend(group)
+        self.accumulate_fp32, self.check_desync = bool(accumulate_fp32), bool(check_desync)
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self._builders = builders  # None: the backend's own collectives
+        self._schedules: dict[tuple, Schedule] = {}
+        self._seq = 0
+        self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
+
+    def __repr__(self) -> str:
+        return f"DistributedCommunicator({self.name!r}, rank {self.rank} of {self.world_size}, {self.backend})"
+
+    # -- public collectives -------------------------------------------------------------
+    def broadcast(self, tensor: torch.Tensor, root: int = 0) -> None:
+        """Copy rank ``root``'s tensor into every rank's."""
+        self._collective("broadcast", tensor, root, "sum")
+
+    def reduce(self, tensor: torch.Tensor, root: int = 0, op: str = "sum") -> None:
+        """Sum (or average) into rank ``root``'s tensor; the others are left unchanged."""
+        self._collective("reduce", tensor, root, op)
+
+    def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
+        """Sum (or average) every rank's tensor; all end bitwise identical."""
+        self._collective("allreduce", tensor, None, op)
+
+    def schedule(self, op: str, count: int, root: int | None = 0, dtype: torch.dtype = torch.float32) -> Schedule:
+        if self._builders is None:
+            raise CollectiveInputError(f"{self.name} runs the backend's own collectives: it has no schedule")
+        root = None if op == "allreduce" else root
+        key = (op, count, root, dtype)
+        if key not in self._schedules:
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            self._schedules[key] = self._builders[op](self.world_size, count, root, itemsize)
+        return self._schedules[key]
+
+    # -- machinery ------------------------------------------------------------------------
+    def _check(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
+        if not isinstance(tensor, torch.Tensor):
+            raise CollectiveInputError(f"{op} takes this rank's tensor, got {type(tensor).__name__}")
+        if tensor.dtype not in SUPPORTED_DTYPES:
+            valid = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+            raise CollectiveInputError(f"dtype {tensor.dtype} is not supported; valid dtypes: {valid}")
+        if not tensor.is_contiguous():
+            raise CollectiveInputError(f"the tensor is not contiguous (strides {tensor.stride()}); pass t.contiguous()")
+        if root is not None and (
+            isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.world_size
+        ):
+            raise CollectiveInputError(f"root must be a rank in 0..{self.world_size - 1}, got {root!r}")
+        if how not in REDUCE_OPS:
+            raise CollectiveInputError(f"unknown op {how!r}; valid ops: {', '.join(REDUCE_OPS)}")
+        if how == "avg" and not tensor.is_floating_point():
+            raise CollectiveInputError(f"op='avg' needs a floating-point dtype, got {tensor.dtype}; use op='sum'")
+
+    def _fingerprint(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> dict[str, Any]:
+        return {
+            "seq": self._seq,
+            "op": op,
+            "shape": tuple(tensor.shape),
+            "dtype": str(tensor.dtype),
+            "algorithm": self.name,
+            "root": root,
+            "reduce_op": how,
+        }
+
+    def _agree(self, mine: dict[str, Any]) -> None:
+        everyone: list = [None] * self.world_size
+        try:
+            dist.all_gather_object(everyone, mine, group=self.group)
+        except Exception as err:  # a dead peer shows up here first
+            raise CollectiveError(
+                f"rank {self.rank}: the desync check before {mine['op']} #{mine['seq']} failed, a peer is "
+                f"probably gone: {err}"
+            ) from err
+        if any(f != mine for f in everyone):
+            sides = "\n".join(f"  rank {r}: {f}" for r, f in enumerate(everyone))
+            raise DesyncError(f"rank {self.rank}: the ranks called different collectives (#{mine['seq']}):\n{sides}")
+
+    def _collective(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
+        self._check(op, tensor, root, how)
+        fingerprint = self._fingerprint(op, tensor, root, how)
+        if self.check_desync and self.world_size > 1:
+            self._agree(fingerprint)
+        self._seq += 1
+        if self.world_size == 1 or tensor.numel() == 0:
+            if how == "avg":
+                tensor.div_(self.world_size)
+            return
+        with torch.no_grad():
+            flat = tensor.view(-1)
+            widen = op != "broadcast" and self.accumulate_fp32 and flat.dtype in HALF_DTYPES
+            keeps_input = op == "reduce" and self.rank != root
+            work = flat.to(torch.float32) if widen else (flat.clone() if keeps_input else flat)
+            if self._builders is None:
+                self._native(op, work, root, fingerprint)
+            else:
+                self._run(self.schedule(op, work.numel(), root, work.dtype), work, fingerprint)
+            if op == "broadcast" or op == "allreduce" or self.rank == root:
+                if how == "avg":
+                    work.div_(self.world_size)
+                if work is not flat:
+                    flat.copy_(work)
+
+    def _peer(self, rank: int) -> int:
+        return dist.get_global_rank(self.group, rank) if self.group is not None else rank
+
+    def _wait(self, work, what: str, fingerprint: dict[str, Any]) -> None:
+        try:
+            work.wait(self.timeout)
+        except Exception as err:
+            raise CollectiveError(
+                f"rank {self.rank}: {fingerprint['op']} #{fingerprint['seq']} ({self.name}) {what} failed after at "
+                f"most {self.timeout.total_seconds():g} s: {err}"
+            ) from err
+
+    def _run(self, schedule: Schedule, work: torch.Tensor, fingerprint: dict[str, Any]) -> None:
+        raw = work.view(torch.uint8)
+        size = work.element_size()
+        me = self.rank
+        for index, step in enumerate(schedule.steps):
+            if self._step_hook is not None:
+                self._step_hook(fingerprint["op"], index)
+            ops, peers, arrivals = [], [], []
+            for t in step:
+                if t.src == me:
+                    ops.append(
+                        dist.P2POp(dist.isend, raw[t.start * size : t.stop * size], self._peer(t.dst), self.group)
+                    )
+                    peers.append(f"sending to rank {t.dst}")
+                elif t.dst == me:
+                    staged = torch.empty(t.count * size, dtype=torch.uint8, device=work.device)
+                    ops.append(dist.P2POp(dist.irecv, staged, self._peer(t.src), self.group))
+                    peers.append(f"receiving from rank {t.src}")
+                    arrivals.append((t, staged))
+            if not ops:
+                continue
+            for w, peer in zip(dist.batch_isend_irecv(ops), peers):
+                self._wait(w, f"step {index + 1}/{schedule.num_steps}, {peer}", fingerprint)
+            for t, staged in arrivals:
+                incoming = staged.view(work.dtype)
+                if t.kind is Kind.COPY:
+                    work[t.start : t.stop].copy_(incoming)
+                else:
+                    work[t.start : t.stop].add_(incoming)
+
+    def _native(self, op: str, work: torch.Tensor, root: int | None, fingerprint: dict[str, Any]) -> None:
+        if op == "allreduce":
+            w = dist.all_reduce(work, group=self.group, async_op=True)
+        elif op == "reduce":
+            w = dist.reduce(work, dst=self._peer(root), group=self.group, async_op=True)
+        else:
+            w = dist.broadcast(work, src=self._peer(root), group=self.group, async_op=True)
+        self._wait(w, f"the backend's {op}", fingerprint)

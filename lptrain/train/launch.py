@@ -1,0 +1,60 @@
+"""Running under ``torchrun``: join the process group and the few cross-process helpers.
+
+``torchrun --nproc-per-node N -m lptrain ...`` starts N processes with RANK, WORLD_SIZE
+and friends in their environment; each one trains its replicas (``trainer.devices``
+per process) and the gradients cross processes through ``torch.distributed`` (gloo for
+CPU devices, NCCL for GPUs). Only rank 0 logs, evaluates and writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def init_from_environment(devices: list[torch.device], timeout_s: float) -> tuple[int, int]:
+    """(rank, number of processes); joins the default group when torchrun started us."""
+    if not launched_by_torchrun():
+        return 0, 1
+    if not dist.is_initialized():
+        backend = "nccl" if devices[0].type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _carrier(device: torch.device) -> torch.device:
+    """Where a small tensor must live for the default backend (NCCL needs the GPU)."""
+    return device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def sum_across(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=_carrier(device))
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def any_across(flag: bool, device: torch.device) -> bool:
+    """True on every rank when it is true on any (so that all stop at the same step)."""
+    t = torch.tensor([1.0 if flag else 0.0], device=_carrier(device))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def same_everywhere(tensor: torch.Tensor) -> bool:
+    """Whether every rank holds these exact bytes."""
+    digest = hashlib.sha1(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, digest)
+    return all(d == digest for d in everyone)

@@ -1,0 +1,119 @@
+"""Functions run inside the processes that tests/test_distributed.py spawns.
+
+Each worker joins a gloo group over loopback (a file store), runs its part, and raises
+on any mismatch; ``torch.multiprocessing.spawn`` re-raises a child's error in the parent.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from lptrain.comm import build_communicator
+
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64)
+
+
+def join(rank: int, world: int, store: str, timeout_s: float = 60) -> None:
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+
+
+def inputs(rank: int, count: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 7919 + rank * 31 + count)
+    if dtype.is_floating_point:
+        return (torch.randn(count, generator=g, dtype=torch.float64) * 4).to(dtype)
+    return torch.randint(-1000, 1000, (count,), generator=g).to(dtype)
+
+
+def check_close(got: torch.Tensor, want: torch.Tensor, parts: list[torch.Tensor], what: str) -> None:
+    if not got.dtype.is_floating_point:
+        assert torch.equal(got.double(), want), what
+        return
+    mag = sum(p.double().abs() for p in parts)
+    eps = torch.finfo(torch.float32 if got.dtype in (torch.float16, torch.bfloat16) else got.dtype).eps
+    tol = len(parts) * eps * mag + torch.finfo(got.dtype).eps * mag + torch.finfo(got.dtype).tiny
+    assert ((got.double() - want).abs() <= tol).all(), f"{what}: beyond the summation-order tolerance"
+
+
+def correctness(rank: int, world: int, store: str, algos: list[str], counts: list[int]) -> None:
+    join(rank, world, store)
+    for name in algos:
+        block = 40 if max(counts) < 1000 else "64K"  # several blocks either way, not thousands of steps
+        comm = build_communicator(
+            name, process_group=dist.group.WORLD, timeout_s=30, **({"block_size": block} if name == "lp" else {})
+        )
+        for dtype in DTYPES:
+            for count in counts:
+                parts = [inputs(r, count, dtype, 1) for r in range(world)]
+                total = sum(p.double() for p in parts)
+                mine = parts[rank].clone()
+                comm.allreduce(mine)
+                check_close(mine, total, parts, f"{name} allreduce {dtype} {count}")
+                raw = mine.view(torch.uint8)
+                gathered = [torch.empty_like(raw) for _ in range(world)]
+                dist.all_gather(gathered, raw)
+                for g in gathered:  # bitwise identical on every rank
+                    assert torch.equal(g, raw), f"{name}: replicas differ"
+                for root in range(world):
+                    mine = parts[rank].clone()
+                    comm.reduce(mine, root=root)
+                    if rank == root:
+                        check_close(mine, total, parts, f"{name} reduce {dtype} {count} root {root}")
+                    else:
+                        assert torch.equal(mine, parts[rank]), f"{name} reduce changed rank {rank}'s input"
+                    mine = parts[rank].clone()
+                    comm.broadcast(mine, root=root)
+                    assert torch.equal(mine, parts[root]), f"{name} broadcast {dtype} {count} root {root}"
+    dist.destroy_process_group()
+
+
+def desync(rank: int, world: int, store: str, out: str) -> None:
+    join(rank, world, store)
+    comm = build_communicator("ring", process_group=dist.group.WORLD, timeout_s=20)
+    t = torch.ones(10 if rank != 1 else 12)
+    try:
+        comm.allreduce(t) if rank != 1 else comm.broadcast(t)
+    except Exception as err:
+        Path(out, f"rank{rank}.txt").write_text(f"{type(err).__name__}: {err}")
+    else:
+        Path(out, f"rank{rank}.txt").write_text("no error")
+    dist.destroy_process_group()
+
+
+def fault(rank: int, world: int, store: str, out: str, how: str = "die") -> None:
+    """Rank ``world - 1`` dies (or stalls) in the middle of an allreduce; the others must
+    stop with a clear error: at once for a death, after the timeout for a stall."""
+    join(rank, world, store, timeout_s=20)
+    comm = build_communicator("lp", process_group=dist.group.WORLD, timeout_s=3, block_size=4096)
+    victim = world - 1
+
+    def misbehave(op: str, step: int) -> None:
+        if step == 3:
+            if how == "die":
+                os._exit(17)
+            time.sleep(15)
+            os._exit(18)
+
+    if rank == victim:
+        comm._step_hook = misbehave
+    t = torch.ones(100_000)
+    started = datetime.datetime.now()
+    try:
+        comm.allreduce(t)
+    except Exception as err:
+        took = (datetime.datetime.now() - started).total_seconds()
+        Path(out, f"rank{rank}.txt").write_text(f"{type(err).__name__} after {took:.1f}s: {err}")
+        os._exit(0)  # the group is broken: leave without the collective shutdown
+    Path(out, f"rank{rank}.txt").write_text("no error")
+    os._exit(0)

@@ -1,0 +1,68 @@
+"""The schedules over torch.distributed (gloo on loopback): correctness, desync, faults."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch.multiprocessing as mp
+
+sys.path.insert(0, str(Path(__file__).parent))
+import distributed_workers as workers  # noqa: E402
+
+ALGOS = ["lp", "mst", "be", "ring", "nccl"]  # nccl here: the backend's own collective
+
+
+@pytest.mark.parametrize("world, counts", [(2, [0, 1, 7, 101]), (3, [0, 1, 7, 101]), (5, [1, 13]), (8, [1, 13])])
+def test_collectives_across_processes_match_the_reference(tmp_path, world, counts):
+    mp.spawn(workers.correctness, args=(world, str(tmp_path / "store"), ALGOS, counts), nprocs=world)
+
+
+def test_a_large_message_across_processes(tmp_path):
+    mp.spawn(workers.correctness, args=(4, str(tmp_path / "store"), ["lp", "be", "ring"], [100_003]), nprocs=4)
+
+
+def test_a_rank_calling_a_different_collective_fails_on_every_rank(tmp_path):
+    mp.spawn(workers.desync, args=(3, str(tmp_path / "store"), str(tmp_path)), nprocs=3)
+    for rank in range(3):
+        text = (tmp_path / f"rank{rank}.txt").read_text()
+        assert text.startswith("DesyncError"), text
+        assert "'op': 'allreduce', 'shape': (10,)" in text and "'op': 'broadcast', 'shape': (12,)" in text
+
+
+def _run_fault(tmp_path: Path, how: str) -> list[str]:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=workers.fault, args=(r, 3, str(tmp_path / "store"), str(tmp_path), how)) for r in range(3)
+    ]
+    for p in procs:
+        p.start()
+    deadline = time.time() + 90
+    for p in procs[:2]:
+        p.join(max(1, deadline - time.time()))
+    procs[2].kill()  # the stalled victim, if still asleep
+    for p in procs:
+        p.join(10)
+        assert not p.is_alive(), "a process hung"
+    return [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+
+
+@pytest.mark.parametrize("how, within", [("die", 5.0), ("stall", 8.0)])
+def test_survivors_of_a_dead_or_stalled_rank_stop_with_a_clear_error(tmp_path, how, within):
+    for text in _run_fault(tmp_path, how):
+        assert text.startswith("CollectiveError after"), text
+        took = float(text.split("after ")[1].split("s:")[0])
+        assert took < within, text
+        assert "allreduce #0 (lp) step" in text and "rank" in text.split("failed")[0]
+
+
+def test_distributed_options_are_checked():
+    from lptrain.comm import CollectiveInputError, build_communicator
+
+    with pytest.raises(CollectiveInputError, match="not both"):
+        build_communicator("lp", ["cpu"], process_group=object())
+    with pytest.raises(CollectiveInputError, match="needs devices"):
+        build_communicator("lp")
