@@ -166,6 +166,9 @@ def run(args: argparse.Namespace) -> list[Row]:
     ops = list(OPS) if args.op == "all" else [args.op]
     comms: dict[str, Communicator] = {}
     for algo in algos:
+        if algo == "mpi":
+            print("# mpi: skipped: Open MPI is a multi-process reference (mpirun -np N lptrain-bench ...)", flush=True)
+            continue
         options = {"block_size": args.lp_block, "allreduce": args.lp_allreduce} if algo.startswith("lp") else {}
         if algo == "lp-rb":
             options["allreduce"] = "reduce_broadcast"
@@ -219,7 +222,7 @@ def collective_call(comm: Communicator, op: str, tensors: list[torch.Tensor], ro
 
 
 def _parse_algos(text: str) -> list[str]:
-    valid = list(NAMES) + ["lp-rb"]
+    valid = list(NAMES) + ["lp-rb", "mpi"]
     algos = [a.strip() for a in text.split(",") if a.strip()]
     bad = [a for a in algos if a not in valid]
     if bad or not algos:
@@ -230,12 +233,11 @@ def _parse_algos(text: str) -> list[str]:
     return algos
 
 
-def _header(out, op: str, p: int, device: str, dtype: str) -> None:
+def _header(out, op: str, p: int, device: str, dtype: str, reference: str = "memcpy = one copy_ of the same bytes"):
     if out is None:
         return
     print(
-        f"# lptrain-bench {op}: {p} x {device}, {dtype}, op sum; memcpy = one copy_ of the same bytes; "
-        "times are medians of round-robin trials",
+        f"# lptrain-bench {op}: {p} x {device}, {dtype}, op sum; {reference}; times are medians of round-robin trials",
         file=out,
     )
     print(
@@ -304,12 +306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"-n must be at least 1, got {args.iters}")
         if args.trials < 1:
             raise ValueError(f"--trials must be at least 1, got {args.trials}")
-        if launched_by_torchrun():  # one tensor per process, over torch.distributed
-            from lptrain.bench_dist import run_distributed
+        from lptrain.bench_dist import launched_by_mpirun, run_distributed
 
-            rows = run_distributed(args)
-        else:
-            rows = run(args)
+        several_processes = launched_by_torchrun() or launched_by_mpirun()  # then one tensor per process
+        rows = run_distributed(args) if several_processes else run(args)
     except (ValueError, BackendUnavailableError) as err:
         parser.error(str(err))
     if args.json and int(os.environ.get("RANK", "0")) == 0:

@@ -2,6 +2,7 @@
 backend's own collective (gloo's or NCCL's native algorithm), in one run.
 
     torchrun --nproc-per-node 4 -m lptrain.bench --op allreduce -b 1M -e 256M
+    mpirun -np 4 lptrain-bench --algo lp,mst,be,ring,nccl,mpi    # adds Open MPI's own, via mpi4py
 
 One tensor per process (CPU with gloo, ``cuda:LOCAL_RANK`` with NCCL). A row's time is
 the slowest rank's, the median of round-robin trials; ``#wrong`` sums every rank's check.
@@ -11,6 +12,8 @@ The native collective appears as ``gloo`` or ``nccl``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import statistics
 import time
 
@@ -23,7 +26,46 @@ from lptrain.comm import build_communicator
 SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring")
 
 
+def launched_by_mpirun() -> bool:
+    return int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))) > 1
+
+
+def _join_from_mpirun() -> None:
+    """Under mpirun, torch.distributed learns rank and size from Open MPI's environment."""
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0"))
+    size = os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))
+    local = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank)
+    for key, value in (("RANK", rank), ("WORLD_SIZE", size), ("LOCAL_RANK", local)):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29511")
+
+
+class MpiCollectives:
+    """Open MPI's own MPI_Allreduce, MPI_Reduce and MPI_Bcast through mpi4py (CPU tensors)."""
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self.MPI, self.comm = MPI, MPI.COMM_WORLD
+
+    def allreduce(self, tensor: torch.Tensor) -> None:
+        self.comm.Allreduce(self.MPI.IN_PLACE, tensor.numpy())
+
+    def reduce(self, tensor: torch.Tensor, root: int = 0) -> None:
+        buf = tensor.numpy()
+        if self.comm.Get_rank() == root:
+            self.comm.Reduce(self.MPI.IN_PLACE, buf, root=root)
+        else:
+            self.comm.Reduce(buf.copy(), None, root=root)
+
+    def broadcast(self, tensor: torch.Tensor, root: int = 0) -> None:
+        self.comm.Bcast(tensor.numpy(), root=root)
+
+
 def _build(algo: str, args: argparse.Namespace):
+    if algo == "mpi":
+        return MpiCollectives()
     if algo == "native":
         return build_communicator("nccl", process_group=dist.group.WORLD, timeout_s=args.timeout, check_desync=False)
     options = {"block_size": args.lp_block} if algo.startswith("lp") else {}
@@ -50,7 +92,9 @@ def _wrong(comm, op: str, count: int, dtype: torch.dtype, root: int, device: tor
     if op == "broadcast":
         expected = _pattern(root, count, dtype, device)
     elif op == "allreduce" or rank == root:
-        expected = sum(_pattern(r, count, dtype, device).double() for r in range(world)).to(dtype)
+        expected = torch.zeros_like(mine)  # small integers: their sum is exact in every dtype
+        for r in range(world):
+            expected += _pattern(r, count, dtype, device)
     else:
         expected = original
     wrong = torch.tensor([float((mine != expected).sum())], device=device)
@@ -77,6 +121,8 @@ def _time(fn, calls: int, device: torch.device) -> float:
 
 
 def run_distributed(args: argparse.Namespace) -> list[Row]:
+    if launched_by_mpirun():
+        _join_from_mpirun()
     if not dist.is_initialized():
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -86,13 +132,18 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
     itemsize = torch.empty((), dtype=dtype).element_size()
     wanted = [a.strip() for a in args.algo.split(",") if a.strip()]
     algos = [a for a in wanted if a in SCHEDULES] + (["native"] if any(a in ("nccl", "native") for a in wanted) else [])
+    if "mpi" in wanted:
+        if launched_by_mpirun() and importlib.util.find_spec("mpi4py") is not None and backend == "gloo":
+            algos.append("mpi")
+        elif rank == 0:
+            print("# mpi: skipped: needs CPU tensors, mpi4py, and a launch by mpirun (mpirun -np N lptrain-bench ...)")
     comms = {a: _build(a, args) for a in algos}
     label = {a: (backend if a == "native" else a) for a in algos}
     ops = ["allreduce", "broadcast", "reduce"] if args.op == "all" else [args.op]
     out = __import__("sys").stdout if rank == 0 and not args.quiet else None
     rows: list[Row] = []
     for op in ops:
-        _header(out, op, world, f"{backend} process", args.dtype)
+        _header(out, op, world, f"{backend} process", args.dtype, f"{backend} = the backend's own {op}")
         for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
             count = size // itemsize
             nbytes = count * itemsize
@@ -111,7 +162,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                 sec = statistics.median(times)
                 algbw = nbytes / sec / 1e9
                 moved = None
-                if algo != "native":
+                if algo in SCHEDULES:
                     moved = comm.schedule(op, count, args.root, dtype).elements_moved() * itemsize / sec / 1e9
                 row = Row(
                     op,

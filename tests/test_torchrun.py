@@ -90,3 +90,37 @@ def test_two_processes_of_two_devices_equal_one_process_of_four(tmp_path):
     )
     assert one.returncode == 0, one.stderr[-3000:]
     assert torch.allclose(lptrain_params(tmp_path / "two"), lptrain_params(tmp_path / "one"), rtol=1e-5, atol=1e-6)
+
+
+def test_bench_under_torchrun_compares_the_schedules_with_the_backend(tmp_path):
+    import json
+
+    out = tmp_path / "rows.json"
+    run = torchrun(
+        3,
+        "-m",
+        "lptrain.bench",
+        "--op",
+        "all",
+        "--algo",
+        "lp,mst,be,ring,nccl,mpi",
+        "-b",
+        "1K",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-n",
+        "1",
+        "--trials",
+        "1",
+        "--json",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert {r["algo"] for r in rows} == {"lp", "mst", "be", "ring", "gloo"}
+    assert {r["op"] for r in rows} == {"allreduce", "broadcast", "reduce"}
+    assert all(r["wrong"] == 0 and r["devices"] == 3 for r in rows)
+    assert "mpi: skipped" in run.stdout
