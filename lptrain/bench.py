@@ -27,7 +27,7 @@ from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, b
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator
 from lptrain.comm.devices import expand_device_spec
 from lptrain.comm.sizes import format_size, parse_size
-from lptrain.train.launch import launched_by_torchrun
+from lptrain.train.launch import finish, launched_by_torchrun
 
 OPS = ("allreduce", "broadcast", "reduce")
 DTYPES = {
@@ -315,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json and int(os.environ.get("RANK", "0")) == 0:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)
+    finish()
     return 0
 
 

@@ -20,6 +20,7 @@ from lptrain.comm import BackendUnavailableError, CollectiveInputError
 from lptrain.data import DataError
 from lptrain.models import parameter_count
 from lptrain.train.checkpoint import CheckpointError
+from lptrain.train.launch import finish
 from lptrain.train.trainer import ConfigError, Trainer
 
 USER_ERRORS = (ConfigError, CollectiveInputError, BackendUnavailableError, DataError, CheckpointError, ValueError)
@@ -31,6 +32,7 @@ def run(cfg: DictConfig, run_dir: Path) -> float | None:
     params = parameter_count(trainer.replicas.models[0])
     if not trainer.is_main:  # another process of a torchrun job: rank 0 reports
         trainer.fit()
+        finish()
         return None
     where = f", {trainer.nprocs} processes" if trainer.nprocs > 1 else ""
     print(
@@ -43,6 +45,7 @@ def run(cfg: DictConfig, run_dir: Path) -> float | None:
     summary = trainer.fit()
     print(summary.render(cfg, params), flush=True)
     (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
+    finish()
     return summary.eval_accuracy
 
 

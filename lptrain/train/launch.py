@@ -58,3 +58,11 @@ def same_everywhere(tensor: torch.Tensor) -> bool:
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, digest)
     return all(d == digest for d in everyone)
+
+
+def finish() -> None:
+    """Leave the process group together: a rank that exits while others still use the group
+    can abort in gloo's teardown ("terminate called without an active exception")."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
