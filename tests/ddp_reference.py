@@ -47,6 +47,7 @@ def main() -> None:
     if rank == 0:
         flat = torch.cat([q.detach().reshape(-1) for q in model.module.parameters()])
         torch.save(flat, args.out)
+    dist.barrier()  # leave together: an early exit can abort in gloo's teardown
     dist.destroy_process_group()
 
 
