@@ -212,8 +212,9 @@ def run(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def collective_call(comm: Communicator, op: str, tensors: list[torch.Tensor], root: int):
-    """A no-argument call of ``op`` on ``tensors``, for the timer."""
+def collective_call(comm, op: str, tensors, root: int):
+    """A no-argument call of ``op`` for the timer: any communicator (in-process, distributed,
+    MPI) with ``allreduce``, ``reduce`` and ``broadcast``, on its tensors or its one tensor."""
     if op == "allreduce":
         return lambda: comm.allreduce(tensors)
     if op == "reduce":

@@ -20,7 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from lptrain.bench import DTYPES, Row, _emit, _header, _pattern, bus_factor, message_sizes
+from lptrain.bench import DTYPES, Row, _emit, _header, _pattern, bus_factor, collective_call, message_sizes
 from lptrain.comm import build_communicator
 
 SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring")
@@ -76,19 +76,11 @@ def _build(algo: str, args: argparse.Namespace):
     )
 
 
-def _call(comm, op: str, tensor: torch.Tensor, root: int):
-    if op == "allreduce":
-        return lambda: comm.allreduce(tensor)
-    if op == "reduce":
-        return lambda: comm.reduce(tensor, root=root)
-    return lambda: comm.broadcast(tensor, root=root)
-
-
 def _wrong(comm, op: str, count: int, dtype: torch.dtype, root: int, device: torch.device) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = _pattern(rank, count, dtype, device)
     original = mine.clone()
-    _call(comm, op, mine, root)()
+    collective_call(comm, op, mine, root)()
     if op == "broadcast":
         expected = _pattern(root, count, dtype, device)
     elif op == "allreduce" or rank == root:
@@ -151,7 +143,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
             candidates = []
             for algo, comm in comms.items():
                 wrong = _wrong(comm, op, count, dtype, args.root, device) if args.check else None
-                fn = _call(comm, op, tensor, args.root)
+                fn = collective_call(comm, op, tensor, args.root)
                 one = max(_time(fn, 1, device) for _ in range(max(args.warmup, 1)))
                 calls = args.iters or int(min(max(args.target_time / args.trials / max(one, 1e-9), 1), 1000))
                 candidates.append([algo, comm, fn, calls, wrong, []])
