@@ -28,6 +28,7 @@ SPECS = {
     "vgg16": ModelSpec("vgg16", 3, 32, False),
 }
 NAMES = tuple(SPECS)
+INITS = ("default", "kaiming")
 
 
 class SmallCNN(nn.Module):
@@ -53,22 +54,65 @@ class SmallCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
-def build_model(name: str, num_classes: int, image_size: int) -> nn.Module:
-    """A freshly initialised model (no pretrained weights: nothing is downloaded)."""
+def check_image_size(name: str, image_size: int) -> None:
+    """Below its minimum a network's feature maps shrink to nothing (a shape error deep in
+    the forward pass): say so up front, in terms of the config key."""
+    need = SPECS[name].min_image_size
+    if image_size < need:
+        raise ValueError(f"model.image_size={image_size} is below what model {name} needs: at least {need} pixels")
+
+
+def build_model(name: str, num_classes: int, image_size: int, init: str = "default") -> nn.Module:
+    """A freshly initialised model (no pretrained weights: nothing is downloaded).
+
+    ``init="default"`` keeps the network's own initialisation; ``"kaiming"`` re-draws every
+    convolution and linear layer as torchvision does for VGG (see ``kaiming_init``): what
+    the users of deep ReLU stacks without batch norm do, not a different network.
+    """
     if name not in SPECS:
         raise ValueError(f"unknown model {name!r}; valid models: {', '.join(NAMES)}")
+    if init not in INITS:
+        raise ValueError(f"unknown model.init {init!r}; valid choices: {', '.join(INITS)}")
     spec = SPECS[name]
-    if image_size < spec.min_image_size:
-        raise ValueError(f"model {name} needs images of at least {spec.min_image_size} pixels, got {image_size}")
+    check_image_size(name, image_size)
     import torchvision.models as tvm
 
     if name == "small":
-        return SmallCNN(num_classes, spec.in_channels, image_size)
-    if name == "alexnet":
-        return tvm.alexnet(weights=None, num_classes=num_classes)
-    if name == "googlenet":
-        return tvm.googlenet(weights=None, num_classes=num_classes, aux_logits=True, init_weights=True)
-    return tvm.vgg16(weights=None, num_classes=num_classes)
+        model = SmallCNN(num_classes, spec.in_channels, image_size)
+    elif name == "alexnet":
+        model = tvm.alexnet(weights=None, num_classes=num_classes)
+    elif name == "googlenet":
+        model = tvm.googlenet(weights=None, num_classes=num_classes, aux_logits=True, init_weights=True)
+    else:
+        model = tvm.vgg16(weights=None, num_classes=num_classes)
+    if init == "kaiming":
+        kaiming_init(model)
+    return model
+
+
+def kaiming_init(model: nn.Module) -> None:
+    """The initialisation torchvision gives its VGG, applied to any network: He-normal
+    convolutions (fan-out, ReLU gain), linear layers drawn from N(0, 0.01), zero biases.
+
+    PyTorch's default (uniform, fan-in, gain 1/sqrt(3)) shrinks the signal layer by layer
+    (in AlexNet on the digits: std 0.35 after the first convolution, 0.017 after the
+    fifth), so the gradients start tiny and the loss sits at log(classes) for hundreds of
+    steps. Fan-in He-normal everywhere fixes the convolutions but, through
+    AlexNet's three max-pools, leaves the classifier's activations large (std 2 to 6), so
+    the logit layer's curvature is large too: in two runs on the digits (lr 0.01, warm-ups
+    of 10 and 30 steps) the loss rose from 2.3 to 5.7 and 3.4 during the warm-up. This scheme keeps the classifier's
+    inputs small (std about 0.2) while every layer still gets useful gradients.
+    """
+    with torch.no_grad():
+        for layer in model.modules():
+            if isinstance(layer, nn.Conv2d):
+                nn.init.kaiming_normal_(layer.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(layer, nn.Linear):
+                nn.init.normal_(layer.weight, 0.0, 0.01)
+            else:
+                continue
+            if layer.bias is not None:
+                layer.bias.zero_()
 
 
 def classification_loss(output, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

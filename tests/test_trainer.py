@@ -97,6 +97,44 @@ def test_resume_gives_the_same_later_losses(tmp_path):
     assert torch.equal(resumed.replicas.params[0], full.replicas.params[0])
 
 
+def test_stop_at_ends_early_on_the_full_schedule_and_a_resume_finishes_the_run(tmp_path):
+    # A cosine schedule depends on trainer.steps: a run stopped at step 3 of 8 must see the
+    # learning rates of the 8-step run, and its checkpoint must continue that run exactly.
+    common = ["trainer.steps=8", "optim.schedule=cosine", "optim.lr=0.1"]
+    full, log = train(tmp_path / "full", *common)
+    short, first = train(tmp_path / "short", *common, "trainer.stop_at=3", "trainer.checkpoint_every=3")
+    assert [m["step"] for m in first] == [1, 2, 3]
+    assert [m["loss"] for m in first] == [m["loss"] for m in log[:3]]
+    assert [m["lr"] for m in first] == [m["lr"] for m in log[:3]]
+    assert short.steps == 8 and short.stop_at == 3  # a stop on the 8-step run, not a 3-step schedule
+    resumed, rest = train(
+        tmp_path / "rest", *common, f"trainer.resume={tmp_path / 'short' / 'checkpoints' / 'last.pt'}"
+    )
+    assert [m["loss"] for m in rest] == [m["loss"] for m in log[3:]]
+    assert torch.equal(resumed.replicas.params[0], full.replicas.params[0])
+
+
+@pytest.mark.parametrize("sync", ["allreduce", "reduce"])
+def test_gradient_clipping_acts_on_the_averaged_gradient_and_keeps_replicas_identical(tmp_path, sync):
+    # Clipping the averaged gradient is what one device with the P-times larger batch does.
+    common = ["trainer.steps=4", "optim.clip_grad_norm=0.05", "optim.lr=0.05", f"trainer.sync={sync}"]
+    one, ref = train(tmp_path / "one", *common, "trainer.devices=cpu:1", "trainer.batch_per_device=32")
+    many, log = train(tmp_path / "many", *common, "trainer.devices=cpu:4", "trainer.batch_per_device=8")
+    free, unclipped = train(
+        tmp_path / "free",
+        "trainer.steps=4",
+        "optim.lr=0.05",
+        f"trainer.sync={sync}",
+        "trainer.devices=cpu:4",
+        "trainer.batch_per_device=8",
+    )
+    assert all(m["grad_norm"] > 0.05 for m in log)  # the limit was hit, so clipping acted
+    assert [m["loss"] for m in log] == pytest.approx([m["loss"] for m in ref], rel=1e-5)
+    assert torch.allclose(many.replicas.params[0], one.replicas.params[0], rtol=1e-4, atol=1e-6)
+    assert many.replicas.identical()
+    assert log[-1]["loss"] != unclipped[-1]["loss"]
+
+
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while not path.exists():
@@ -152,6 +190,15 @@ def test_a_run_killed_mid_way_resumes_exactly(tmp_path, how):
 # -- convergence and logs ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+def test_the_main_job_alexnet_recipe_learns_the_digits(tmp_path):
+    # The README's first command; about five minutes on two cores (92.4% when measured).
+    trainer = Trainer(config("+recipe=alexnet", "trainer.progress=false", "trainer.checkpoint_every=0"), tmp_path)
+    summary = trainer.fit()
+    assert summary.eval_accuracy > 0.85, f"eval accuracy {summary.eval_accuracy:.3f} (chance is 0.10)"
+    assert summary.replicas_identical
+
+
 @pytest.mark.parametrize("comm", ["lp", "mst", "be", "ring"])
 def test_the_default_recipe_learns_the_embedded_digits(tmp_path, comm):
     trainer = Trainer(
@@ -192,6 +239,7 @@ def test_tensorboard_event_files_hold_the_tags(tmp_path):
         "train/accuracy",
         "eval/accuracy",
         "eval/loss",
+        "time/data_ms",
         "time/compute_ms",
         "time/comm_ms",
         "comm/bandwidth_GBps",
@@ -217,6 +265,13 @@ def test_tensorboard_event_files_hold_the_tags(tmp_path):
         (["data=cifar10", "data.root=/nonexistent/cifar"], DataError, "CIFAR-10 was not found under /nonexistent"),
         (["data=imagefolder", "data.root=/nonexistent/img"], DataError, "does not exist"),
         (["trainer.sync=gossip"], ConfigError, "valid modes: allreduce, reduce"),
+        (["optim.clip_grad_norm=-1"], ConfigError, "optim.clip_grad_norm=-1 is not valid"),
+        (
+            ["trainer.steps=5", "trainer.stop_at=9"],
+            ConfigError,
+            "trainer.stop_at=9 is not valid; use a step from 1 to 5",
+        ),
+        (["model.init=xavier"], ValueError, "unknown model.init 'xavier'; valid choices: default, kaiming"),
         (["trainer.devices=cpu:0"], ValueError, "device spec 'cpu:0' is not valid"),
     ],
 )

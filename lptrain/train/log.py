@@ -17,6 +17,7 @@ TAGS = {
     "accuracy": "train/accuracy",
     "eval_loss": "eval/loss",
     "eval_accuracy": "eval/accuracy",
+    "data_ms": "time/data_ms",
     "compute_ms": "time/compute_ms",
     "comm_ms": "time/comm_ms",
     "step_ms": "time/step_ms",
@@ -24,6 +25,7 @@ TAGS = {
     "comm_bytes": "comm/bytes",
     "images_per_s": "throughput/images_per_s",
     "lr": "optim/lr",
+    "grad_norm": "optim/grad_norm",
 }
 
 
@@ -83,7 +85,8 @@ class Progress:
         done = step + 1
         text = (
             f"step {done:>{len(str(self.total))}}/{self.total} | loss {values['loss']:.4f} | "
-            f"acc {100 * values['accuracy']:5.1f}% | compute {values['compute_ms']:7.1f} ms | "
+            f"acc {100 * values['accuracy']:5.1f}% | data {values['data_ms']:6.1f} ms | "
+            f"compute {values['compute_ms']:7.1f} ms | "
             f"comm {values['comm_ms']:7.1f} ms | {values['images_per_s']:7.0f} img/s"
         )
         if self.live:

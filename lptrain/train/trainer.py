@@ -1,9 +1,9 @@
 """The BSP-SGD trainer: one process, one model replica per device.
 
-Every iteration (``train_step``): split the global batch across the replicas, run
-forward and backward on each, average the sub-gradients with the configured
-communicator, update, and keep the parameters identical everywhere. Two ways to
-synchronise, both exact:
+Every iteration (``train_step``): take this process's share of the global batch from the
+input pipeline (``lptrain.data.loader``), split it across the replicas, run forward and
+backward on each, average the sub-gradients with the configured communicator, update,
+and keep the parameters identical everywhere. Two ways to synchronise, both exact:
 
 * ``allreduce``: allreduce the gradients, then every replica takes the same step.
 * ``reduce``: reduce the gradients to the root, update there, broadcast the parameters
@@ -19,6 +19,7 @@ import shutil
 import signal
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,17 @@ from omegaconf import DictConfig, OmegaConf
 from lptrain.comm import build_communicator
 from lptrain.comm.devices import cuda_device_count, expand_device_spec, parse_devices
 from lptrain.comm.hierarchical import HierarchicalCommunicator
-from lptrain.data import batch_indices, epochs_to_steps, load_data, prepare
-from lptrain.models import SPECS, build_model, classification_loss
+from lptrain.data import (
+    Batches,
+    StepBatchSampler,
+    epochs_to_steps,
+    eval_batches,
+    load_data,
+    prepare,
+    resolve_workers,
+    train_batches,
+)
+from lptrain.models import SPECS, build_model, check_image_size, classification_loss
 from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lptrain.train.launch import (
     any_across,
@@ -62,10 +72,12 @@ class Summary:
     eval_loss: float | None
     mean_compute_ms: float
     mean_comm_ms: float
+    mean_data_ms: float  # time blocked waiting for the input pipeline
     comm_fraction: float
     comm_GBps: float
-    images_per_s: float
+    images_per_s: float  # global batch x steps run / train_s: wall clock, data wait included
     wall_s: float
+    train_s: float  # wall clock of the training steps: wall_s less evaluation
     replicas_identical: bool
     run_dir: str
     checkpoint: str | None
@@ -76,9 +88,11 @@ class Summary:
             "",
             f"=== lptrain summary: {cfg.model.name} ({num_params / 1e6:.2f}M parameters) on {cfg.data.name} ===",
             f"  communicator    {cfg.comm.name} ({cfg.trainer.sync}) over {cfg.trainer.devices}",
-            f"  steps           {self.steps} in {self.wall_s:.1f} s, {self.images_per_s:.0f} images/s",
+            f"  steps           {self.steps} in {self.wall_s:.1f} s, {self.images_per_s:.0f} images/s"
+            f" (wall clock of {self.train_s:.1f} s of training, evaluation excluded)",
             f"  final loss      {self.final_loss:.4f} (train accuracy {100 * self.final_train_accuracy:.1f}%)",
             f"  eval accuracy   {acc}",
+            f"  data wait       {self.mean_data_ms:.1f} ms per iteration",
             f"  compute         {self.mean_compute_ms:.1f} ms per iteration",
             f"  communication   {self.mean_comm_ms:.1f} ms per iteration ({100 * self.comm_fraction:.0f}% of the step),"
             f" {self.comm_GBps:.2f} GB/s",
@@ -115,20 +129,38 @@ class Trainer:
         self.global_batch = self.per_device * p
         self.local_batch = self.per_device * len(self.devices)
         self.comm = self._communicator(cfg, timeout_s, bool(t.get("check_desync", True)))
+        spec = SPECS.get(cfg.model.name)
+        if spec is None:
+            raise ConfigError(f"unknown model {cfg.model.name!r}")
+        self.spec, self.image_size = spec, int(cfg.model.image_size)
+        try:  # before the data: an image folder may take a while to scan
+            check_image_size(cfg.model.name, self.image_size)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        self.workers = resolve_workers(cfg.data.get("workers"))
+        self.pin_memory = any(d.type == "cuda" for d in self.devices)  # for non-blocking copies to the GPUs
         self.data = load_data(cfg.data)
         self.steps = (
             epochs_to_steps(t.epochs, len(self.data.train), self.global_batch) if t.get("epochs") else int(t.steps)
         )
         if self.steps < 1:
             raise ConfigError(f"trainer.steps must be at least 1, got {self.steps}")
-        spec = SPECS.get(cfg.model.name)
-        if spec is None:
-            raise ConfigError(f"unknown model {cfg.model.name!r}")
-        self.spec, self.image_size = spec, int(cfg.model.image_size)
+        # stop_at ends this run early without changing the run: the learning-rate schedule
+        # and the data order still span trainer.steps, so a resume continues it exactly.
+        self.stop_at = self.steps if t.get("stop_at") is None else int(t.stop_at)
+        if not 1 <= self.stop_at <= self.steps:
+            raise ConfigError(f"trainer.stop_at={t.stop_at} is not valid; use a step from 1 to {self.steps} or null")
         torch.manual_seed(int(t.seed))
-        model = build_model(cfg.model.name, self.data.num_classes, self.image_size)
+        model = build_model(
+            cfg.model.name, self.data.num_classes, self.image_size, init=str(cfg.model.get("init", "default"))
+        )
         self.replicas = Replicas(model, self.devices)
         o = cfg.optim
+        clip = o.get("clip_grad_norm")
+        if clip is not None and not (isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0):
+            raise ConfigError(
+                f"optim.clip_grad_norm={clip} is not valid; use a positive number, or null for no clipping"
+            )
         owners = self.replicas.models if t.sync == "allreduce" else self.replicas.models[:1]
         self.optimizers = [
             torch.optim.SGD(
@@ -188,14 +220,17 @@ class Trainer:
         return [(a, min(a + size, n)) for a in range(0, n, size)]
 
     # -- one iteration ---------------------------------------------------------------------
-    def train_step(self, step: int, timer: PhaseTimer) -> dict[str, float]:
+    def train_step(
+        self, step: int, batches: Iterator[tuple[torch.Tensor, torch.Tensor]], timer: PhaseTimer
+    ) -> dict[str, float]:
+        """One iteration on the next batch of ``batches`` (this process's share of ``step``'s)."""
+        began = time.perf_counter()
+        images, labels = next(batches)  # 1. the batch, and how long the input pipeline kept us waiting
+        data_ms = (time.perf_counter() - began) * 1e3
         p, reps = self.replicas.world_size, self.replicas
         for opt in self.optimizers:
             for group in opt.param_groups:
                 group["lr"] = self.lr(step)
-        idx = batch_indices(len(self.data.train), self.global_batch, step, int(self.cfg.trainer.seed))
-        idx = idx[self.rank * self.local_batch : (self.rank + 1) * self.local_batch]  # this process's share
-        images, labels = self.data.train.batch(idx)
         shards = list(zip(images.chunk(p), labels.chunk(p)))
 
         timer.start("comm_buffers")
@@ -215,6 +250,7 @@ class Trainer:
                 self.comm.reduce(grads, root=0, op="avg")
         timer.stop("comm")
         timer.start("update")  # 4. update: everywhere, or on the root ...
+        grad_norm = self._clip_gradients()
         for opt in self.optimizers:
             opt.step()
         timer.stop("update")
@@ -231,18 +267,37 @@ class Trainer:
             loss, correct = sum_across([loss, correct], self.devices[0])
             loss /= self.nprocs
         comm_ms = ms["comm"] + ms["comm_params"] + ms["comm_buffers"]
-        step_ms = sum(ms.values())
+        wall_ms = (time.perf_counter() - began) * 1e3  # the whole iteration, data wait included
         return {
             "loss": loss,
             "accuracy": correct / self.global_batch,
+            "data_ms": data_ms,
             "compute_ms": ms["compute"],
             "comm_ms": comm_ms,
-            "step_ms": step_ms,
+            "step_ms": sum(ms.values()),  # the timed phases: compute, communication, update
             "comm_bytes": float(self.bytes_per_step),
             "comm_GBps": self.bytes_per_step / max(comm_ms, 1e-9) / 1e6,
-            "images_per_s": self.global_batch / max(step_ms, 1e-9) * 1e3,
+            "images_per_s": self.global_batch / max(wall_ms, 1e-9) * 1e3,
             "lr": self.lr(step),
+            "grad_norm": grad_norm,
         }
+
+    def _clip_gradients(self) -> float:
+        """The averaged gradient's norm; scaled down to ``optim.clip_grad_norm`` when above it.
+
+        The norm is computed once, on the root's buffer (in allreduce mode every replica
+        holds bitwise the same gradient; in reduce mode only the root's update is kept, the
+        broadcast overwrites the rest), and the same factor is applied wherever an optimizer
+        steps, so the replicas stay identical.
+        """
+        grads = self.replicas.grads
+        norm = float(torch.linalg.vector_norm(grads[0]))
+        limit = self.cfg.optim.get("clip_grad_norm")
+        if limit is not None and norm > float(limit):
+            scale = float(limit) / (norm + 1e-6)
+            for g in grads if self.cfg.trainer.sync == "allreduce" else grads[:1]:
+                g.mul_(scale)
+        return norm
 
     def _forward_backward(self, rank: int, model, images: torch.Tensor, labels: torch.Tensor):
         device = self.devices[rank]
@@ -277,19 +332,17 @@ class Trainer:
         """Loss and accuracy of the root replica on the evaluation split."""
         model, device = self.replicas.models[0], self.devices[0]
         model.eval()
-        split, batch = self.data.test, int(self.cfg.trainer.get("eval_batch", 256))
+        batch = int(self.cfg.trainer.get("eval_batch", 256))
         total_loss, correct, seen = 0.0, 0, 0
-        for i, start in enumerate(range(0, len(split), batch)):
-            if max_batches is not None and i >= max_batches:
-                break
-            idx = torch.arange(start, min(start + batch, len(split)))
-            images, labels = split.batch(idx)
-            x = prepare(images.to(device), self.spec.in_channels, self.image_size, self.data.mean, self.data.std)
-            y = labels.to(device)
-            logits = model(x)
-            total_loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
-            correct += int((logits.argmax(1) == y).sum())
-            seen += len(y)
+        with eval_batches(self.data.test, batch, self.workers, self.pin_memory, max_batches) as batches:
+            for images, labels in batches:
+                x = images.to(device, non_blocking=True)
+                x = prepare(x, self.spec.in_channels, self.image_size, self.data.mean, self.data.std)
+                y = labels.to(device, non_blocking=True)
+                logits = model(x)
+                total_loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+                correct += int((logits.argmax(1) == y).sum())
+                seen += len(y)
         model.train()
         return total_loss / max(seen, 1), correct / max(seen, 1)
 
@@ -345,28 +398,32 @@ class Trainer:
             self.run_dir, bool(t.get("tensorboard", True)), purge_step=self.start_step or None, enabled=self.is_main
         )
         progress = Progress(
-            self.steps, int(t.log_every), bool(t.get("progress", True)) and self.is_main, messages=self.is_main
+            self.stop_at, int(t.log_every), bool(t.get("progress", True)) and self.is_main, messages=self.is_main
         )
         timer = PhaseTimer(self.devices)
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
-        previous = self._install_signal_handlers(progress)
         history: list[dict[str, float]] = []
         eval_loss = eval_acc = None
         saved_at = None
+        eval_s = 0.0
         t0 = time.perf_counter()
+        batches = self.train_batches(self.start_step, self.stop_at)
+        previous = self._install_signal_handlers(progress)
         try:
-            for step in range(self.start_step, self.steps):
-                last = self.train_step(step, timer)
+            for step in range(self.start_step, self.stop_at):
+                last = self.train_step(step, batches, timer)
                 history.append(last)
                 done = step + 1
                 values = dict(last)
                 if self.nprocs > 1:  # every process stops at the same step
                     self._stop_requested = any_across(self._stop_requested, self.devices[0])
-                if self.is_main and t.eval_every and (done % int(t.eval_every) == 0 or done == self.steps):
+                if self.is_main and t.eval_every and (done % int(t.eval_every) == 0 or done == self.stop_at):
+                    began = time.perf_counter()
                     eval_loss, eval_acc = self.evaluate()
+                    eval_s += time.perf_counter() - began
                     values.update(eval_loss=eval_loss, eval_accuracy=eval_acc)
-                if done % int(t.log_every) == 0 or done == self.steps or "eval_accuracy" in values:
+                if done % int(t.log_every) == 0 or done == self.stop_at or "eval_accuracy" in values:
                     log.scalars(done, values)
                 progress.update(step, last)
                 if (t.checkpoint_every and done % int(t.checkpoint_every) == 0) or self._stop_requested:
@@ -382,9 +439,10 @@ class Trainer:
                 saved_at = reached
             checkpoint = self.checkpoint_path if saved_at is not None else None
         finally:
+            batches.close()  # the worker processes end here, also on an error or a second Ctrl-C
             self._restore_signal_handlers(previous)
         wall = time.perf_counter() - t0
-        summary = self._summarise(history, eval_loss, eval_acc, wall, checkpoint)
+        summary = self._summarise(history, eval_loss, eval_acc, wall, wall - eval_s, checkpoint)
         log.hparams(
             {
                 "comm": self.cfg.comm.name,
@@ -399,7 +457,15 @@ class Trainer:
         log.close()
         return summary
 
-    def _summarise(self, history, eval_loss, eval_acc, wall, checkpoint) -> Summary:
+    def train_batches(self, start: int, stop: int) -> Batches:
+        """This process's batches of steps ``start..stop-1``; the workers start prefetching now."""
+        t = self.cfg.trainer
+        sampler = StepBatchSampler(
+            len(self.data.train), self.global_batch, int(t.seed), start, stop, self.rank, self.local_batch
+        )
+        return train_batches(self.data.train, sampler, self.workers, self.pin_memory)
+
+    def _summarise(self, history, eval_loss, eval_acc, wall, train_s, checkpoint) -> Summary:
         timed = history[1:] or history  # the first step includes one-off set-up costs
         mean = lambda key: statistics.fmean(h[key] for h in timed) if timed else math.nan  # noqa: E731
         comm, step_ms = mean("comm_ms"), mean("step_ms")
@@ -412,10 +478,12 @@ class Trainer:
             eval_loss=eval_loss,
             mean_compute_ms=mean("compute_ms"),
             mean_comm_ms=comm,
+            mean_data_ms=mean("data_ms"),
             comm_fraction=comm / step_ms if step_ms else math.nan,
             comm_GBps=self.bytes_per_step / comm / 1e6 if comm else math.nan,
-            images_per_s=self.global_batch / step_ms * 1e3 if step_ms else math.nan,
+            images_per_s=self.global_batch * len(history) / train_s if history and train_s > 0 else math.nan,
             wall_s=wall,
+            train_s=train_s,
             replicas_identical=self.replicas.identical()
             and (self.nprocs == 1 or same_everywhere(self.replicas.params[0])),
             run_dir=str(self.run_dir),
