@@ -29,6 +29,7 @@ import gc
 import json
 import math
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -41,6 +42,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 
 from lptrain.train.trainer import Trainer  # noqa: E402
 
@@ -94,6 +96,7 @@ class RunResult:
     wall_s: float
     devices: str
     extra: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)  # the resolved configuration the run trained with
 
 
 def compose_config(overrides: list[str]):
@@ -119,9 +122,7 @@ def train(spec: RunSpec, devices: int, work: Path) -> RunResult:
     """One run in this process; its metrics.jsonl gives the per-step curve."""
     cfg = compose_config(spec.hydra_overrides(devices))
     run_dir = work / spec.key
-    if run_dir.exists():
-        for stale in ("metrics.jsonl",):
-            (run_dir / stale).unlink(missing_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a stopped earlier attempt's lines
     trainer = Trainer(cfg, run_dir)
     t0 = time.perf_counter()
     summary = trainer.fit()
@@ -141,18 +142,25 @@ def train(spec: RunSpec, devices: int, work: Path) -> RunResult:
         wall_s=wall,
         devices=str(cfg.trainer.devices),
         extra={"data_ms": getattr(summary, "mean_data_ms", None), "identical": summary.replicas_identical},
+        config=resolved(cfg),
     )
     del trainer
     gc.collect()
     return result
 
 
-def cached(spec: RunSpec, work: Path) -> RunResult | None:
+def resolved(cfg) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def cached(spec: RunSpec, devices: int, work: Path) -> RunResult | None:
+    """A finished run of exactly this configuration (an edited recipe or option trains anew)."""
     path = work / spec.key / "result.json"
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    if data.get("spec") != json.loads(json.dumps(asdict(spec))):  # another configuration: run again
+    if data.get("config") != resolved(compose_config(spec.hydra_overrides(devices))):
+        print(f"{spec.key}: the kept run had another configuration, training it again", flush=True)
         return None
     data["losses"] = {int(k): v for k, v in data["losses"].items()}
     data["evals"] = {int(k): v for k, v in data["evals"].items()}
@@ -184,6 +192,15 @@ def plan(network: str, comms: list[str], long_steps: int, short_steps: int, over
 def max_difference(run: RunResult, reference: RunResult) -> float:
     common = sorted(set(run.losses) & set(reference.losses))
     return max((abs(run.losses[s] - reference.losses[s]) for s in common), default=math.nan)
+
+
+def identical_curves(results: list[RunResult]) -> list[list[str]]:
+    """Groups of runs whose losses agree to the last bit over the steps they share."""
+    groups: dict[tuple, list[str]] = {}
+    steps = min(max(r.losses) for r in results)
+    for r in results:
+        groups.setdefault(tuple(r.losses[s] for s in range(1, steps + 1) if s in r.losses), []).append(label(r))
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def label(result: RunResult) -> str:
@@ -241,7 +258,9 @@ def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
-def report(all_results: dict[str, list[RunResult]], command: str, doc: Path, figures: dict[str, Path]) -> str:
+def report(
+    all_results: dict[str, list[RunResult]], command: str, doc: Path, figures: dict[str, Path], note: str = ""
+) -> str:
     today = datetime.date.today().isoformat()
     lines = [
         "# Convergence under every communicator",
@@ -249,6 +268,7 @@ def report(all_results: dict[str, list[RunResult]], command: str, doc: Path, fig
         f"Written by `scripts/convergence.py` on {today}; measured on this machine: {machine()}.",
         "Nothing here ran on a GPU unless the line above names one.",
         "",
+        *([note, ""] if note else []),
         "```",
         command,
         "```",
@@ -301,6 +321,14 @@ def report(all_results: dict[str, list[RunResult]], command: str, doc: Path, fig
                 )
             )
             lines.append("")
+        twins = identical_curves(results)
+        if twins:
+            lines.append(
+                "Bitwise the same curves (the same additions in the same order, so the same training): "
+                + "; ".join(" = ".join(group) for group in twins)
+                + "."
+            )
+            lines.append("")
         diverged = [label(r) for r in results if r.extra.get("identical") is False]
         if diverged:
             lines += [f"**Replicas diverged** in: {', '.join(diverged)}.", ""]
@@ -351,6 +379,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--out", type=Path, default=Path("docs"), help="CONVERGENCE.md here, figures in out/figures")
     parser.add_argument("--work", type=Path, default=Path("runs/convergence"), help="finished runs, kept for resuming")
     parser.add_argument("--fresh", action="store_true", help="ignore finished runs kept in --work")
+    parser.add_argument("--note", default="", help="a paragraph to print under the header (conditions of the run)")
     args, overrides = parser.parse_known_args(argv)
     bad = [o for o in overrides if o.startswith("-") or "=" not in o]
     if bad:
@@ -373,6 +402,19 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return args, overrides
 
 
+def without_note(argv: list[str]) -> list[str]:
+    """The command line as the report shows it: the note is printed on its own."""
+    shown, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--note":
+            skip = True
+        elif not arg.startswith("--note="):
+            shown.append(arg)
+    return shown
+
+
 def steps_option(text: str) -> dict[str | None, int]:
     """``40`` (every network) or ``alexnet=60,vgg16=30``."""
     out: dict[str | None, int] = {}
@@ -391,7 +433,7 @@ def steps_for(option: dict[str | None, int], network: str) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(argv)
-    command = "python scripts/convergence.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python scripts/convergence.py " + shlex.join(without_note(sys.argv[1:] if argv is None else argv))
     networks, comms = args.networks.split(","), args.comms.split(",")
     figures_dir = args.out / "figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
@@ -409,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         specs = plan(network, comms, long_steps, short_steps, overrides + extra)
         results = []
         for i, spec in enumerate(specs, 1):
-            result = None if args.fresh else cached(spec, args.work)
+            result = None if args.fresh else cached(spec, devices, args.work)
             tag = f"[{network} {i}/{len(specs)}] {spec.comm} ({spec.sync}), {spec.stop_at} steps"
             if result is None:
                 print(f"{tag} ...", flush=True)
@@ -429,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             results.append(result)
         all_results[network] = results
         figures[network] = figure(network, results, figures_dir)
-        report(all_results, command, args.out / "CONVERGENCE.md", figures)  # after every network: nothing lost
+        report(
+            all_results, command, args.out / "CONVERGENCE.md", figures, args.note
+        )  # after every network: nothing lost
     print(f"wrote {args.out / 'CONVERGENCE.md'} and {', '.join(str(p) for p in figures.values())}")
     return 0
 

@@ -3,6 +3,7 @@ study that was stopped continues from the runs it had finished."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -60,6 +61,16 @@ def test_every_communicator_follows_lp_and_the_report_and_figure_are_written(tmp
     again = study(tmp_path, *SMALL_RUNS)
     assert " ..." not in again.stdout
     assert table_rows((tmp_path / "CONVERGENCE.md").read_text()) == rows
+
+    # A kept run whose configuration no longer matches (an edited recipe, say) trains again.
+    kept = tmp_path / "work" / "small-mst-reduce" / "result.json"
+    data = json.loads(kept.read_text())
+    data["config"]["optim"]["lr"] = 0.5
+    kept.write_text(json.dumps(data))
+    third = study(tmp_path, *SMALL_RUNS)
+    assert (
+        third.stdout.count(" ...") == 1 and "small-mst-reduce: the kept run had another configuration" in third.stdout
+    )
 
 
 def test_bad_arguments_are_refused_with_the_valid_choices(tmp_path):

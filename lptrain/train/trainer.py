@@ -268,7 +268,7 @@ class Trainer:
             loss /= self.nprocs
         comm_ms = ms["comm"] + ms["comm_params"] + ms["comm_buffers"]
         wall_ms = (time.perf_counter() - began) * 1e3  # the whole iteration, data wait included
-        return {
+        values = {
             "loss": loss,
             "accuracy": correct / self.global_batch,
             "data_ms": data_ms,
@@ -279,21 +279,27 @@ class Trainer:
             "comm_GBps": self.bytes_per_step / max(comm_ms, 1e-9) / 1e6,
             "images_per_s": self.global_batch / max(wall_ms, 1e-9) * 1e3,
             "lr": self.lr(step),
-            "grad_norm": grad_norm,
         }
+        if grad_norm is not None:
+            values["grad_norm"] = grad_norm
+        return values
 
-    def _clip_gradients(self) -> float:
-        """The averaged gradient's norm; scaled down to ``optim.clip_grad_norm`` when above it.
+    def _clip_gradients(self) -> float | None:
+        """With ``optim.clip_grad_norm`` set: the averaged gradient's norm, the gradient scaled
+        down to the limit when above it. Without: nothing (the norm costs a pass over the
+        gradient and, on a GPU, a wait for it).
 
         The norm is computed once, on the root's buffer (in allreduce mode every replica
         holds bitwise the same gradient; in reduce mode only the root's update is kept, the
         broadcast overwrites the rest), and the same factor is applied wherever an optimizer
         steps, so the replicas stay identical.
         """
+        limit = self.cfg.optim.get("clip_grad_norm")
+        if limit is None:
+            return None
         grads = self.replicas.grads
         norm = float(torch.linalg.vector_norm(grads[0]))
-        limit = self.cfg.optim.get("clip_grad_norm")
-        if limit is not None and norm > float(limit):
+        if norm > float(limit):
             scale = float(limit) / (norm + 1e-6)
             for g in grads if self.cfg.trainer.sync == "allreduce" else grads[:1]:
                 g.mul_(scale)
