@@ -141,7 +141,7 @@ def train(spec: RunSpec, devices: int, work: Path) -> RunResult:
         compute_ms=summary.mean_compute_ms,
         wall_s=wall,
         devices=str(cfg.trainer.devices),
-        extra={"data_ms": getattr(summary, "mean_data_ms", None), "identical": summary.replicas_identical},
+        extra={"data_ms": summary.mean_data_ms, "identical": summary.replicas_identical},
         config=resolved(cfg),
     )
     del trainer
