@@ -25,7 +25,7 @@ import torch
 
 from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, build_communicator
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator
-from lptrain.comm.devices import expand_device_spec
+from lptrain.comm.devices import DEVICE_TYPES, SpecSyntax, device_list
 from lptrain.comm.sizes import format_size, parse_size
 from lptrain.train.launch import finish, launched_by_torchrun
 
@@ -38,6 +38,9 @@ DTYPES = {
     "int32": torch.int32,
     "int64": torch.int64,
 }
+
+
+BENCH_SYNTAX = SpecSyntax(option="--devices", count_hint="--devices 4 --device-type cpu, or --devices cpu*4")
 
 
 def bus_factor(op: str, world_size: int) -> float:
@@ -158,7 +161,7 @@ def _measure(candidates: list[_Candidate], args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> list[Row]:
-    devices = expand_device_spec(args.devices)
+    devices = device_list(args.devices, args.device_type, BENCH_SYNTAX)
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     p = len(devices)
@@ -275,7 +278,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="lp,mst,be,ring,nccl",
         help="comma-separated algorithms: lp, lp-rb, mst, be, ring, nccl (default: all but lp-rb)",
     )
-    p.add_argument("--devices", default="cpu:4", help="cpu:N, cuda:N or a list like cuda:0,cuda:0 (default cpu:4)")
+    p.add_argument(
+        "--devices",
+        default="4",
+        help="a count N (of --device-type), cpu*N, cuda*N, cuda (every GPU), cuda:0, or a list like cuda:0,cuda:2 "
+        "(a device may repeat: replicas then share it); default 4",
+    )
+    p.add_argument(
+        "--device-type",
+        default="cpu",
+        choices=DEVICE_TYPES,
+        help="what a count in --devices counts (default cpu; auto: cuda where there is a GPU)",
+    )
     p.add_argument("-b", "--minbytes", default="1K", help="smallest message (default 1K)")
     p.add_argument("-e", "--maxbytes", default="64M", help="largest message (default 64M)")
     p.add_argument("-f", "--stepfactor", type=int, default=4, help="size multiplier between rows (default 4)")

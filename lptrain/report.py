@@ -1,107 +1,254 @@
-"""``lptrain-report``: a table and a plot of a sweep, read back from its TensorBoard files.
+"""``lptrain-report``: a sweep's runs ranked by communication time, with the figures to read it.
 
 lptrain -m +recipe=alexnet comm=lp,mst,be,ring
 lptrain-report multirun/2026-12-02/14-00-00        # table on stdout, report.png beside it
+
+Each run is read from what it wrote: ``steps.jsonl`` (every step's times; the means and
+spreads are over the timed steps, as in the run's own summary), ``metrics.jsonl`` (eval
+accuracy, bytes per step), ``config.yaml`` and ``overrides.yaml`` (a run's label is every
+override that differs between the runs: the swept ones). Imports neither torch nor Hydra.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lptrain.train.log import TAGS
+from lptrain.train.stepstats import mean_std, read_jsonl, timed
+
+# Swept keys that make a numeric axis for "communication time against ..." (first found wins).
+AXES = (
+    ("trainer.devices", "replicas"),
+    ("comm.options.block_size", "LP block size (bytes)"),
+    ("trainer.bucket_mb", "bucket size (MiB)"),
+)
 
 
 @dataclass
 class RunRecord:
     path: Path
-    comm: str
-    devices: str
-    sync: str
-    model: str
+    config: dict
+    overrides: dict[str, str]
     steps: int
-    mean_comm_ms: float
+    timed_steps: int
+    comm_ms: tuple[float, float]  # mean, standard deviation over the timed steps
+    compute_ms: tuple[float, float]
+    step_ms: float
+    bytes_per_step: float | None
     final_eval_accuracy: float | None
     loss: list[tuple[int, float]] = field(default_factory=list)
+    label: str = ""
+
+    def get(self, dotted: str, default=None):
+        node = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
 
     @property
-    def label(self) -> str:
-        return f"{self.comm} {self.devices} {self.sync}"
+    def comm_share(self) -> float:
+        return self.comm_ms[0] / self.step_ms if self.step_ms else math.nan
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Run folders under ``root``: those holding a ``tb/`` folder of event files."""
-    return sorted({p.parent.parent for p in root.rglob("tb/events.out.tfevents.*")})
+    """Run folders under ``root``: those holding a ``steps.jsonl``."""
+    return sorted({p.parent for p in root.rglob("steps.jsonl")})
+
+
+def _yaml(path: Path):
+    import yaml
+
+    return yaml.safe_load(path.read_text()) if path.exists() else None
 
 
 def read_run(run_dir: Path) -> RunRecord:
-    from omegaconf import OmegaConf
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
-    acc.Reload()
-    tags = set(acc.Tags().get("scalars", []))
-
-    def series(tag: str) -> list[tuple[int, float]]:
-        return [(e.step, e.value) for e in acc.Scalars(tag)] if tag in tags else []
-
-    comm_ms = [v for _, v in series(TAGS["comm_ms"])]
-    comm_ms = comm_ms[1:] or comm_ms  # the first logged step carries set-up costs
-    evals = series(TAGS["eval_accuracy"])
-    loss = series(TAGS["loss"])
-    cfg_file = run_dir / ".hydra" / "config.yaml"
-    cfg = OmegaConf.load(cfg_file) if cfg_file.exists() else OmegaConf.create({})
+    config = _yaml(run_dir / "config.yaml") or _yaml(run_dir / ".hydra" / "config.yaml") or {}
+    listed = _yaml(run_dir / "overrides.yaml") or _yaml(run_dir / ".hydra" / "overrides.yaml") or []
+    overrides = dict(str(o).lstrip("+~").split("=", 1) for o in listed if "=" in str(o))
+    rows = read_jsonl(run_dir / "steps.jsonl")
+    kept = timed(rows)
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    evals = [m["eval_accuracy"] for m in metrics if "eval_accuracy" in m]
+    sizes = [m["comm_bytes"] for m in metrics if "comm_bytes" in m]
     return RunRecord(
         path=run_dir,
-        comm=str(OmegaConf.select(cfg, "comm.name", default="?")),
-        devices=str(OmegaConf.select(cfg, "trainer.devices", default="?")),
-        sync=str(OmegaConf.select(cfg, "trainer.sync", default="?")),
-        model=str(OmegaConf.select(cfg, "model.name", default="?")),
-        steps=max((s for s, _ in loss), default=0),
-        mean_comm_ms=statistics.fmean(comm_ms) if comm_ms else float("nan"),
-        final_eval_accuracy=evals[-1][1] if evals else None,
-        loss=loss,
+        config=config,
+        overrides=overrides,
+        steps=max((r["step"] for r in rows), default=0),
+        timed_steps=len(kept),
+        comm_ms=mean_std(kept, "comm_ms"),
+        compute_ms=mean_std(kept, "compute_ms"),
+        step_ms=mean_std(kept, "step_ms")[0],
+        bytes_per_step=sizes[-1] if sizes else None,
+        final_eval_accuracy=evals[-1] if evals else None,
+        loss=[(r["step"], r["loss"]) for r in rows if "loss" in r],
     )
+
+
+def swept_keys(records: Sequence[RunRecord]) -> list[str]:
+    """Overrides whose value is not the same in every run, in the order they were given."""
+    keys: list[str] = []
+    for r in records:
+        keys += [k for k in r.overrides if k not in keys]
+    return [k for k in keys if len({r.overrides.get(k) for r in records}) > 1]
+
+
+def label_runs(records: Sequence[RunRecord]) -> list[str]:
+    keys = swept_keys(records)
+    for r in records:
+        r.label = " ".join(f"{k}={r.overrides.get(k, '(default)')}" for k in keys) or r.path.name
+    return keys
+
+
+def rank(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """Fastest communication first (runs without timed steps last)."""
+    return sorted(records, key=lambda r: (math.isnan(r.comm_ms[0]), r.comm_ms[0]))
 
 
 def render_table(records: Sequence[RunRecord]) -> str:
+    width = max([len("run (swept overrides)"), *(len(r.label) for r in records)])
     head = (
-        f"{'communicator':<13} {'devices':<10} {'sync':<10} {'model':<10} {'steps':>6}"
-        f" {'comm ms/iter':>13} {'final acc':>10}"
+        f"{'#':>2} {'run (swept overrides)':<{width}} {'model':<10} {'steps':>5} {'timed':>5}"
+        f" {'comm ms/iter':>16} {'compute ms/iter':>18} {'comm share':>10} {'eval acc':>9}"
     )
     lines = [head, "-" * len(head)]
-    for r in records:
-        acc = f"{100 * r.final_eval_accuracy:9.2f}%" if r.final_eval_accuracy is not None else f"{'-':>10}"
+    for i, r in enumerate(records, 1):
+        acc = f"{100 * r.final_eval_accuracy:8.2f}%" if r.final_eval_accuracy is not None else f"{'-':>9}"
+        comm = f"{r.comm_ms[0]:.2f} ± {r.comm_ms[1]:.2f}"
+        compute = f"{r.compute_ms[0]:.1f} ± {r.compute_ms[1]:.1f}"
         lines.append(
-            f"{r.comm:<13} {r.devices:<10} {r.sync:<10} {r.model:<10} {r.steps:>6} {r.mean_comm_ms:>13.2f} {acc}"
+            f"{i:>2} {r.label:<{width}} {str(r.get('model.name', '?')):<10} {r.steps:>5} {r.timed_steps:>5}"
+            f" {comm:>16} {compute:>18} {100 * r.comm_share:9.1f}% {acc}"
         )
+    lines.append("")
+    lines.append(
+        "comm ms/iter and compute ms/iter: mean ± standard deviation over the timed steps (all but the first of"
+        " each session); comm share: of the timed phases (compute + communication + update)."
+    )
     return "\n".join(lines)
 
 
-def plot(records: Sequence[RunRecord], out: Path) -> Path:
+def replicas_of(spec, device_type=None) -> int | None:
+    """How many replicas ``trainer.devices`` names, read without torch (None for auto, cuda)."""
+    if isinstance(spec, bool) or spec is None:
+        return None
+    if isinstance(spec, int):
+        return spec
+    if isinstance(spec, list):
+        return len(spec)
+    text = str(spec)
+    if text.isdigit():
+        return int(text)
+    if "*" in text and text.rpartition("*")[2].isdigit():
+        return int(text.rpartition("*")[2])
+    if text in ("auto", "cuda"):
+        return None
+    return len(text.split(","))
+
+
+def bytes_of(value) -> float | None:
+    """``65536``, ``64K``, ``4M`` (powers of 1024) as bytes; None for ``auto``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in "KMG" else text
+    try:
+        return float(number) * scale
+    except ValueError:
+        return None
+
+
+def _axis_value(r: RunRecord, key: str) -> float | None:
+    if key == "trainer.devices":
+        return replicas_of(r.get("trainer.devices"))
+    value = r.get(key)
+    if key == "comm.options.block_size":
+        return bytes_of(value)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def numeric_axis(records: Sequence[RunRecord], keys: Sequence[str]) -> tuple[str, str, list[float | None]] | None:
+    """A swept quantity to plot communication time against: replicas, block size, bucket size
+    or, when the runs' messages differ in size (another model), the bytes per step."""
+    for key, title in AXES:
+        if key in keys:
+            values = [_axis_value(r, key) for r in records]
+            if len({v for v in values if v is not None}) > 1:
+                return key, title, values
+    sizes = [r.bytes_per_step for r in records]
+    if len({s for s in sizes if s}) > 1:
+        return "bytes", "message per step (MiB)", [s / 2**20 if s else None for s in sizes]
+    return None
+
+
+def plot(records: Sequence[RunRecord], keys: Sequence[str], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (bars, curves) = plt.subplots(1, 2, figsize=(12, 4.5))
+    axis = numeric_axis(records, keys)
+    panels = 3 if axis else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 0.5 * len(records) + 3.5))
+    bars, curves = axes[0], axes[-1]
     labels = [r.label for r in records]
-    bars.barh(labels, [r.mean_comm_ms for r in records], color="tab:blue")
-    bars.set_xlabel("mean communication time per iteration (ms)")
-    bars.set_title("gradient communication")
+    means = [r.comm_ms[0] for r in records]
+    spreads = [r.comm_ms[1] for r in records]
+    bars.barh(labels, means, xerr=spreads, color="tab:blue", ecolor="black", capsize=3)
+    for y, (m, s) in enumerate(zip(means, spreads)):
+        bars.text(m + s, y, f" {m:.2f} ± {s:.2f}", va="center", fontsize=8)
+    bars.set_xlabel("communication per iteration (ms), mean ± sd over timed steps")
+    bars.set_title("gradient communication, fastest first")
     bars.invert_yaxis()
-    for r in records:
+    bars.set_xlim(left=0)
+    bars.margins(x=0.3)
+    if axis:
+        key, title, values = axis
+        ax = axes[1]
+        groups: dict[str, list[tuple[float, float, float]]] = {}
+        others = [k for k in keys if k != key]
+        for r, v in zip(records, values):
+            if v is None:
+                continue
+            name = " ".join(f"{k}={r.overrides.get(k, '(default)')}" for k in others) or str(r.get("comm.name", "?"))
+            groups.setdefault(name, []).append((v, r.comm_ms[0], r.comm_ms[1]))
+        for name, pts in sorted(groups.items()):
+            pts.sort()
+            ax.errorbar(
+                [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3, label=name
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(title)
+        ax.set_ylabel("communication per iteration (ms)")
+        ax.set_title(f"communication time against {title.split(' (')[0]}")
+        ax.legend(fontsize=8)
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "v", "D", "x", "+", "*"]
+    for i, r in enumerate(records):
         if r.loss:
             steps, values = zip(*r.loss)
-            curves.plot(steps, values, label=r.label)
+            every = max(1, len(steps) // 10)
+            curves.plot(
+                steps,
+                values,
+                linestyle=styles[i % len(styles)],
+                marker=markers[i % len(markers)],
+                markevery=every,
+                markersize=4,
+                linewidth=1.2,
+                label=r.label,
+            )
     curves.set_xlabel("step")
-    curves.set_ylabel("training loss")
-    curves.set_title("convergence (curves should overlap)")
-    curves.legend(fontsize=8)
+    curves.set_ylabel("training loss (every step)")
+    curves.set_title("training loss per step (identical runs overlap)")
+    curves.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -117,10 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{args.sweep} is not a folder")
     runs = find_runs(args.sweep)
     if not runs:
-        parser.error(f"no lptrain runs (tb/ event files) under {args.sweep}")
+        parser.error(f"no lptrain runs (folders holding steps.jsonl) under {args.sweep}")
     records = [read_run(r) for r in runs]
+    keys = label_runs(records)
+    records = rank(records)
     print(render_table(records))
-    out = plot(records, args.out or args.sweep / "report.png")
+    out = plot(records, keys, args.out or args.sweep / "report.png")
     print(f"\nplot: {out}")
     return 0
 

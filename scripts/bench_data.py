@@ -77,7 +77,7 @@ def main() -> None:
     p.add_argument("--model", default="small", help="the trained model (default small)")
     p.add_argument("--image-size", type=int, default=64, help="model.image_size: the crops' side (default 64)")
     p.add_argument("--batch", type=int, default=64, help="global batch (default 64)")
-    p.add_argument("--devices", default="cpu:1", help="trainer.devices (default cpu:1)")
+    p.add_argument("--devices", default="cpu", help="trainer.devices (default cpu: one CPU replica)")
     p.add_argument("--loader-steps", type=int, default=30, help="batches timed for the loader alone (default 30)")
     p.add_argument("--train-steps", type=int, default=20, help="training steps per run (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="loader batches before the clock starts (default 3)")

@@ -107,11 +107,11 @@ def compose_config(overrides: list[str]):
 def count_devices(overrides: list[str], network: str) -> int:
     """How many replicas the runs will have (the control run needs it to reverse the chain)."""
     from lptrain.comm.devices import parse_devices
-    from lptrain.train.trainer import resolve_devices
+    from lptrain.train.devices import resolve_devices
 
     base = [f"+recipe={network}"] if network in NETWORKS else [f"model={network}"]
     cfg = compose_config(base + overrides)
-    return len(parse_devices(resolve_devices(cfg.trainer.devices)))
+    return len(parse_devices(resolve_devices(cfg.trainer.devices, cfg.trainer.device_type)))
 
 
 class Interrupted(Exception):
@@ -122,7 +122,8 @@ def train(spec: RunSpec, devices: int, work: Path) -> RunResult:
     """One run in this process; its metrics.jsonl gives the per-step curve."""
     cfg = compose_config(spec.hydra_overrides(devices))
     run_dir = work / spec.key
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a stopped earlier attempt's lines
+    for stale in ("metrics.jsonl", "steps.jsonl"):  # a stopped earlier attempt's lines
+        (run_dir / stale).unlink(missing_ok=True)
     trainer = Trainer(cfg, run_dir)
     t0 = time.perf_counter()
     summary = trainer.fit()
@@ -140,7 +141,7 @@ def train(spec: RunSpec, devices: int, work: Path) -> RunResult:
         comm_share=summary.comm_fraction,
         compute_ms=summary.mean_compute_ms,
         wall_s=wall,
-        devices=str(cfg.trainer.devices),
+        devices=summary.devices,
         extra={"data_ms": summary.mean_data_ms, "identical": summary.replicas_identical},
         config=resolved(cfg),
     )
@@ -362,7 +363,7 @@ def report(
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         description="Train the paper's networks under every communicator; write docs/CONVERGENCE.md.",
-        epilog="Other arguments are Hydra overrides applied to every run (e.g. trainer.devices=cpu:2).",
+        epilog="Other arguments are Hydra overrides applied to every run (e.g. trainer.devices=cpu*2).",
     )
     parser.add_argument("--networks", default=",".join(NETWORKS), help="comma-separated (default: %(default)s)")
     default_comms = ",".join(COMMS + (("nccl",) if torch.cuda.device_count() > 1 else ()))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "convergence.py"
 QUICK = ["--networks", "small", "--long-steps", "6", "--short-steps", "3"]
-SMALL_RUNS = ["trainer.devices=cpu:3", "trainer.batch_per_device=8", "optim.schedule=cosine", "optim.lr=0.05"]
+SMALL_RUNS = ["trainer.devices=cpu*3", "trainer.batch_per_device=8", "optim.schedule=cosine", "optim.lr=0.05"]
 
 
 def study(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

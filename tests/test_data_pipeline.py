@@ -165,7 +165,7 @@ def test_a_resumed_imagefolder_run_with_workers_gives_the_same_later_losses(fold
         "data=imagefolder",
         f"data.root={folder}",
         "data.workers=2",
-        "trainer.devices=cpu:2",
+        "trainer.devices=cpu*2",
         "trainer.batch_per_device=8",
         "trainer.steps=10",  # 16 of 120 images a step: the second epoch starts at step 7
     ]
@@ -195,7 +195,7 @@ def test_ctrl_c_stops_a_run_with_workers_once_and_cleanly(folder, tmp_path):
         "trainer.eval_every=0",
         "trainer.tensorboard=false",
         "trainer.progress=false",
-        "trainer.devices=cpu:1",
+        "trainer.devices=cpu*1",
         "trainer.batch_per_device=16",
         f"hydra.run.dir={tmp_path / 'run'}",
     ]
@@ -215,7 +215,7 @@ def test_ctrl_c_stops_a_run_with_workers_once_and_cleanly(folder, tmp_path):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 130, err
     assert out.count("stopping after this step") == 1, out
     assert "resume with trainer.resume=" in out
     assert "Traceback" not in err and "Traceback" not in out, err
@@ -243,7 +243,8 @@ def _one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str
 
 def test_a_negative_worker_count_fails_clearly(tmp_path):
     result = cli("data.workers=-1", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
-    _one_line_error(result, "data.workers=-1 is not valid", "0", "null/auto")
+    _one_line_error(result, "data.workers=-1 is not valid", "0", "null (auto)")
+    assert not (tmp_path / "r").exists()
 
 
 def test_an_empty_class_folder_is_named(folder, tmp_path):
@@ -262,7 +263,7 @@ def test_a_corrupt_image_is_named_in_one_line(folder, tmp_path, workers):
         "data=imagefolder",
         f"data.root={root}",
         f"data.workers={workers}",
-        "trainer.devices=cpu:1",
+        "trainer.devices=cpu*1",
         "trainer.batch_per_device=5",  # the whole training set: the broken file is in step 0
         "trainer.steps=2",
         f"hydra.run.dir={tmp_path / 'r'}",

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from lptrain.comm.errors import BackendUnavailableError, CollectiveInputError
+
+DEVICE_TYPES = ("auto", "cpu", "cuda")
 
 
 def cuda_device_count() -> int:
@@ -19,7 +22,7 @@ def require_cuda(what: str) -> None:
     if not torch.cuda.is_available():
         raise BackendUnavailableError(
             f"{what} needs CUDA, but torch.cuda.is_available() is False on this machine "
-            f"(torch {torch.__version__}); use CPU devices such as ['cpu'] * 4 instead"
+            f"(torch {torch.__version__}); use CPU devices instead (on the command line: cpu*4)"
         )
 
 
@@ -31,7 +34,7 @@ def parse_devices(devices: Sequence[str | torch.device]) -> tuple[torch.device, 
     """
     if isinstance(devices, (str, torch.device)) or not isinstance(devices, Sequence):
         raise CollectiveInputError(
-            f"devices must be a list such as ['cpu'] * 4 or ['cuda:0', 'cuda:1'], got {devices!r}"
+            f"devices must be a list such as ['cpu', 'cpu'] or ['cuda:0', 'cuda:1'], got {devices!r}"
         )
     if len(devices) == 0:
         raise CollectiveInputError("devices is empty: give at least one device, such as ['cpu']")
@@ -59,24 +62,78 @@ def parse_devices(devices: Sequence[str | torch.device]) -> tuple[torch.device, 
     return tuple(parsed)
 
 
-def expand_device_spec(spec: str) -> list[str]:
-    """``"cpu:4"`` -> four CPU devices, ``"cuda:2"`` -> cuda:0 and cuda:1, or an explicit
-    comma-separated list such as ``"cuda:0,cuda:0,cuda:1"`` (for command lines)."""
-    spec = spec.strip()
-    if "," in spec:
-        return [s.strip() for s in spec.split(",") if s.strip()]
-    kind, _, count = spec.partition(":")
-    if kind not in ("cpu", "cuda") or not count.isdigit() or int(count) < 1:
+@dataclass(frozen=True)
+class SpecSyntax:
+    """How a command line writes device specs, so that errors show its own syntax."""
+
+    option: str = "devices"  # "trainer.devices", "--devices"
+    count_hint: str = "devices=4 device_type=cpu, or cpu*4"  # how to ask for N devices of a type
+    list_hint: str = "cuda:0,cuda:2"  # how to list devices
+
+
+def device_list(spec: object, device_type: str = "auto", syntax: SpecSyntax = SpecSyntax()) -> list[str]:
+    """Device specs as PyTorch users write them, to a list of device names.
+
+    ``cuda:0`` is GPU 0 and ``cuda:0,cuda:2`` (or a list) several; ``cuda`` is every GPU,
+    ``cpu`` one CPU replica, ``auto`` every GPU or else four CPU replicas. A count is a
+    separate form: an integer ``N`` (``device_type`` says of what: cpu, cuda, or auto for
+    cuda where there is a GPU), or ``cpu*N`` / ``cuda*N``. A device may repeat: replicas
+    then share it (several CPU "devices", or streams on one GPU).
+    """
+    if isinstance(spec, bool) or spec is None:
+        raise _spec_error(spec, syntax, "give devices")
+    if device_type not in DEVICE_TYPES:
         raise CollectiveInputError(
-            f"device spec {spec!r} is not valid; use cpu:N, cuda:N (the first N GPUs) or a list like cuda:0,cuda:0"
+            f"{syntax.option.replace('devices', 'device_type')}={device_type} is not valid; "
+            f"valid choices: {', '.join(DEVICE_TYPES)}"
         )
-    n = int(count)
+    if isinstance(spec, Sequence) and not isinstance(spec, str):
+        names = [str(s).strip() for s in spec]
+    else:
+        text = str(spec).strip()
+        if text.isdigit() or "*" in text:
+            kind, _, count = text.rpartition("*") if "*" in text else (device_type, "", text)
+            if kind not in DEVICE_TYPES or not count.isdigit() or int(count) < 1:
+                raise _spec_error(text, syntax, "a count is a positive N, or cpu*N / cuda*N")
+            return _count(int(count), kind, text, syntax)
+        if text == "auto":
+            return _count(cuda_device_count(), "cuda", text, syntax) if cuda_device_count() else ["cpu"] * 4
+        if text == "cuda":
+            require_cuda(f"{syntax.option}=cuda")
+            return [f"cuda:{i}" for i in range(cuda_device_count())]
+        names = [s.strip() for s in text.split(",")]
+    for name in names:
+        kind, _, index = name.partition(":")
+        if kind == "cpu" and index:
+            raise _spec_error(name, syntax, f"a CPU device has no index (for {index} CPU replicas: cpu*{index})")
+        if kind not in ("cpu", "cuda") or (index and not index.isdigit()):
+            raise _spec_error(name, syntax, "a device is cpu, cuda or cuda:N (GPU N)")
+        if kind == "cuda":
+            require_cuda(f"{syntax.option}={name}")
+            gpus = cuda_device_count()
+            if index and int(index) >= gpus:
+                raise _spec_error(name, syntax, f"this machine has {gpus} GPU(s): cuda:0..cuda:{gpus - 1}")
+    return names
+
+
+def _count(n: int, kind: str, text: str, syntax: SpecSyntax) -> list[str]:
+    if kind == "auto":
+        kind = "cuda" if cuda_device_count() else "cpu"
     if kind == "cpu":
         return ["cpu"] * n
-    require_cuda(f"device spec {spec!r}")
+    require_cuda(f"{syntax.option}={text}")
     if n > cuda_device_count():
-        raise CollectiveInputError(
-            f"device spec {spec!r} asks for {n} GPUs but this machine has {cuda_device_count()}; "
-            "to put several replicas on one GPU list them, e.g. cuda:0,cuda:0"
+        raise _spec_error(
+            text,
+            syntax,
+            f"it asks for {n} GPUs but this machine has {cuda_device_count()}; to put several replicas on one GPU "
+            f"list them, e.g. cuda:0,cuda:0",
         )
     return [f"cuda:{i}" for i in range(n)]
+
+
+def _spec_error(value: object, syntax: SpecSyntax, why: str) -> CollectiveInputError:
+    return CollectiveInputError(
+        f"{syntax.option}={value} is not valid: {why}; valid: auto, cuda, cuda:0, {syntax.list_hint}, cpu, "
+        f"or a count ({syntax.count_hint})"
+    )

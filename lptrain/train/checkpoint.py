@@ -47,7 +47,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise CheckpointError(f"checkpoint {p} could not be read, it is corrupt or not a checkpoint: {err}") from err
+        # Not torch's message: it advises weights_only=False, which would unpickle anything.
+        raise CheckpointError(
+            f"checkpoint {p} could not be read: it is corrupt, truncated or not a checkpoint ({type(err).__name__})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{p} is not an lptrain checkpoint (expected format {FORMAT!r})")
     return state

@@ -1,7 +1,10 @@
-"""Where a run's numbers go: TensorBoard, a JSON-lines file, and the console.
+"""Where a run's numbers go: TensorBoard, two JSON-lines files, and the console.
 
-``metrics.jsonl`` is flushed line by line, so an interrupted run loses nothing it had
-measured; TensorBoard gets the same scalars under the tags in ``TAGS``.
+``steps.jsonl`` holds every step's raw measurements (what the summary and the sweep report
+average); ``metrics.jsonl`` and TensorBoard hold one point per logged interval, the
+interval's means (``stepstats.interval_mean``), under the tags in ``TAGS``. Both files are
+flushed line by line, so an interrupted run loses nothing it had measured. The run's
+hyper-parameters go to TensorBoard at the start, so a run that never ends still has them.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from lptrain.train.stepstats import keep_through
 
 TAGS = {
     "loss": "train/loss",
@@ -29,6 +34,9 @@ TAGS = {
 }
 
 
+STEP_KEYS = ("loss", "accuracy", "data_ms", "compute_ms", "comm_ms", "step_ms")
+
+
 class RunLog:
     def __init__(self, run_dir: Path, tensorboard: bool, purge_step: int | None = None, enabled: bool = True) -> None:
         self.run_dir, self.enabled = run_dir, enabled
@@ -36,17 +44,25 @@ class RunLog:
         if not enabled:  # not rank 0 of a multi-process run: nothing is written
             return
         run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / "metrics.jsonl"
-        if purge_step is not None and path.exists():
+        if purge_step is not None:
             # Resuming into the same folder: drop what the interrupted run logged after
             # its checkpoint, as TensorBoard's purge_step does for the event files.
-            kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= purge_step]
-            path.write_text("".join(line + "\n" for line in kept))
-        self._jsonl = open(path, "a")  # noqa: SIM115 - closed in close()
+            keep_through(run_dir / "metrics.jsonl", purge_step)
+            keep_through(run_dir / "steps.jsonl", purge_step)
+        self._jsonl = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115 - closed in close()
+        self._steps = open(run_dir / "steps.jsonl", "a")  # noqa: SIM115 - closed in close()
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=purge_step)
+
+    def step(self, step: int, values: dict[str, float], warmup: bool) -> None:
+        """One step's raw measurements (``warmup``: the first of a session, left out of the means)."""
+        if not self.enabled:
+            return
+        row = {"step": step, **{k: values[k] for k in STEP_KEYS if k in values}, "warmup": warmup}
+        self._steps.write(json.dumps(row) + "\n")
+        self._steps.flush()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
@@ -57,51 +73,99 @@ class RunLog:
             for key, value in values.items():
                 self.writer.add_scalar(TAGS.get(key, key), value, step)
 
-    def hparams(self, hparams: dict[str, Any], metrics: dict[str, float]) -> None:
-        if self.writer is not None:
-            clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
-            self.writer.add_hparams(clean, {f"hparam/{k}": v for k, v in metrics.items()}, run_name="hparams")
+    def hparams(self, hparams: dict[str, Any]) -> None:
+        """The run's options, written at the start; TensorBoard's HParams tab shows them
+        beside the metrics the run logs as it goes (eval accuracy, communication time)."""
+        if self.writer is None:
+            return
+        from torch.utils.tensorboard.summary import hparams as hparams_summary
+
+        clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
+        metrics = {TAGS[k]: 0.0 for k in ("eval_accuracy", "loss", "comm_ms", "compute_ms", "images_per_s")}
+        experiment, start, _ = hparams_summary(clean, metrics)
+        file_writer = self.writer._get_file_writer()
+        file_writer.add_summary(experiment)
+        file_writer.add_summary(start)
 
     def close(self) -> None:
         if not self.enabled:
             return
         self._jsonl.close()
+        self._steps.close()
         if self.writer is not None:
             self.writer.close()
 
 
-class Progress:
-    """A live line on a terminal (rewritten every step), a plain line per interval elsewhere."""
+def run_hparams(cfg) -> dict[str, Any]:
+    """Every option of the run, flattened (``comm.options.block_size``, ``trainer.bucket_mb``, ...)."""
+    from omegaconf import OmegaConf
 
-    def __init__(self, total: int, every: int, enabled: bool = True, stream=None, messages: bool = True) -> None:
+    def flat(node: Any, prefix: str) -> dict[str, Any]:
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for k, v in node.items():
+                out.update(flat(v, f"{prefix}{k}."))
+            return out
+        return {prefix[:-1]: "null" if node is None else node}
+
+    return flat(OmegaConf.to_container(cfg, resolve=True), "")
+
+
+def _eta(seconds: float) -> str:
+    from tqdm import tqdm
+
+    return tqdm.format_interval(max(0.0, seconds))
+
+
+class Progress:
+    """A tqdm bar with rate and ETA on a terminal; elsewhere (a log file, CI) a plain line
+    per logged interval, with the interval's means, the elapsed time and the ETA."""
+
+    def __init__(
+        self, total: int, every: int, enabled: bool = True, stream=None, messages: bool = True, initial: int = 0
+    ) -> None:
         self.total, self.every, self.enabled, self.messages = total, max(1, every), enabled, messages
+        self.initial = initial
         self.stream = stream or sys.stdout
         self.live = enabled and self.stream.isatty()
         self.t0 = time.perf_counter()
+        self.bar = None
+        if self.live:
+            from tqdm import tqdm
 
-    def update(self, step: int, values: dict[str, float]) -> None:
-        if not self.enabled:
-            return
-        done = step + 1
-        text = (
+            self.bar = tqdm(total=total, initial=initial, unit="step", file=self.stream, dynamic_ncols=True, leave=True)
+
+    def _line(self, done: int, values: dict[str, float]) -> str:
+        elapsed = time.perf_counter() - self.t0
+        rate = (done - self.initial) / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - done) / rate if rate > 0 else float("nan")
+        return (
             f"step {done:>{len(str(self.total))}}/{self.total} | loss {values['loss']:.4f} | "
             f"acc {100 * values['accuracy']:5.1f}% | data {values['data_ms']:6.1f} ms | "
-            f"compute {values['compute_ms']:7.1f} ms | "
-            f"comm {values['comm_ms']:7.1f} ms | {values['images_per_s']:7.0f} img/s"
+            f"compute {values['compute_ms']:7.1f} ms | comm {values['comm_ms']:7.1f} ms | "
+            f"{values['images_per_s']:5.0f} img/s | {_eta(elapsed)} elapsed, ETA {_eta(eta) if eta == eta else '?'}"
         )
-        if self.live:
-            elapsed = time.perf_counter() - self.t0
-            bar = "#" * int(20 * done / self.total)
-            print(f"\r[{bar:<20}] {text} | {elapsed:5.0f}s", end="", file=self.stream, flush=True)
-            if done == self.total:
-                print(file=self.stream)
-        elif done % self.every == 0 or done == self.total:
-            print(text, file=self.stream, flush=True)
+
+    def update(self, step: int, values: dict[str, float], interval: dict[str, float] | None = None) -> None:
+        """After ``step``: ``values`` are its own, ``interval`` the logged interval's means (at log points)."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{values['loss']:.4f}", comm_ms=f"{values['comm_ms']:.1f}", refresh=False)
+        elif interval is not None:
+            print(self._line(step + 1, interval), file=self.stream, flush=True)
 
     def message(self, text: str) -> None:
         """Shown even with the step lines turned off (but only by rank 0)."""
         if not self.messages:
             return
-        if self.live:
-            print(file=self.stream)
-        print(text, file=self.stream, flush=True)
+        if self.bar is not None:
+            self.bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

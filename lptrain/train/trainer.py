@@ -17,7 +17,6 @@ import copy
 import math
 import shutil
 import signal
-import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from lptrain.comm import build_communicator
-from lptrain.comm.devices import cuda_device_count, expand_device_spec, parse_devices
+from lptrain.comm.devices import parse_devices
 from lptrain.comm.hierarchical import HierarchicalCommunicator
 from lptrain.data import (
     Batches,
@@ -42,25 +41,18 @@ from lptrain.data import (
     train_batches,
 )
 from lptrain.models import SPECS, build_model, check_image_size, classification_loss
+from lptrain.settings.checks import SYNC_MODES, check_config
+from lptrain.settings.errors import ConfigError
 from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from lptrain.train.launch import (
-    any_across,
-    init_from_environment,
-    launched_by_torchrun,
-    local_rank,
-    same_everywhere,
-    sum_across,
-)
-from lptrain.train.log import Progress, RunLog
+from lptrain.train.devices import resolve_devices
+from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
+from lptrain.train.log import Progress, RunLog, run_hparams
 from lptrain.train.replicas import Replicas
 from lptrain.train.schedule import learning_rate
+from lptrain.train.stepstats import interval_mean, mean_std, timed
 from lptrain.train.timing import PhaseTimer
 
-SYNC_MODES = ("allreduce", "reduce")
-
-
-class ConfigError(ValueError):
-    """The configuration cannot be run as given."""
+__all__ = ["SYNC_MODES", "ConfigError", "Summary", "Trainer"]
 
 
 @dataclass
@@ -72,6 +64,9 @@ class Summary:
     eval_loss: float | None
     mean_compute_ms: float
     mean_comm_ms: float
+    std_compute_ms: float  # spread over the timed steps (population standard deviation)
+    std_comm_ms: float
+    timed_steps: int  # steps in the means: all but the first of each session (its one-off set-up)
     mean_data_ms: float  # time blocked waiting for the input pipeline
     comm_fraction: float
     comm_GBps: float
@@ -79,49 +74,49 @@ class Summary:
     wall_s: float
     train_s: float  # wall clock of the training steps: wall_s less evaluation
     replicas_identical: bool
+    devices: str  # "4 x cpu", "cuda:0,cuda:1", "2 processes x 4 x cpu"
     run_dir: str
     checkpoint: str | None
+    interrupted_by: int = 0  # the signal that stopped the run early (SIGINT 2, SIGTERM 15), 0 when it ran out
 
     def render(self, cfg: DictConfig, num_params: int) -> str:
         acc = f"{100 * self.eval_accuracy:.2f}%" if self.eval_accuracy is not None else "n/a"
         lines = [
             "",
             f"=== lptrain summary: {cfg.model.name} ({num_params / 1e6:.2f}M parameters) on {cfg.data.name} ===",
-            f"  communicator    {cfg.comm.name} ({cfg.trainer.sync}) over {cfg.trainer.devices}",
+            f"  communicator    {cfg.comm.name} ({cfg.trainer.sync}) over {self.devices}",
             f"  steps           {self.steps} in {self.wall_s:.1f} s, {self.images_per_s:.0f} images/s"
             f" (wall clock of {self.train_s:.1f} s of training, evaluation excluded)",
             f"  final loss      {self.final_loss:.4f} (train accuracy {100 * self.final_train_accuracy:.1f}%)",
             f"  eval accuracy   {acc}",
             f"  data wait       {self.mean_data_ms:.1f} ms per iteration",
-            f"  compute         {self.mean_compute_ms:.1f} ms per iteration",
-            f"  communication   {self.mean_comm_ms:.1f} ms per iteration ({100 * self.comm_fraction:.0f}% of the step),"
-            f" {self.comm_GBps:.2f} GB/s",
+            f"  compute         {self.mean_compute_ms:.1f} ms per iteration (sd {self.std_compute_ms:.1f},"
+            f" {self.timed_steps} timed steps)",
+            f"  communication   {self.mean_comm_ms:.1f} ms per iteration (sd {self.std_comm_ms:.1f};"
+            f" {100 * self.comm_fraction:.0f}% of the step), {self.comm_GBps:.2f} GB/s",
             f"  replicas        {'identical' if self.replicas_identical else 'DIVERGED'}",
             f"  logs            {self.run_dir}  (tensorboard --logdir {self.run_dir})",
         ]
         if self.checkpoint:
             lines.append(f"  checkpoint      {self.checkpoint}  (resume with trainer.resume={self.checkpoint})")
+        if self.interrupted_by:
+            lines.append(f"  interrupted     after step {self.steps} (signal {self.interrupted_by})")
         return "\n".join(lines)
 
 
-def resolve_devices(spec: str) -> list[str]:
-    """``auto`` is every GPU when there are any, else four CPU replicas; under torchrun,
-    this process's GPU (``cuda:LOCAL_RANK``), else one CPU replica per process."""
-    if spec == "auto":
-        n = cuda_device_count()
-        if launched_by_torchrun():
-            return [f"cuda:{local_rank() % n}"] if n else ["cpu"]
-        return [f"cuda:{i}" for i in range(n)] if n else ["cpu"] * 4
-    return expand_device_spec(str(spec))
+def describe_devices(devices, nprocs: int = 1) -> str:
+    """``4 x cpu``, ``cuda:0,cuda:1``, with ``2 processes x`` in front under torchrun."""
+    names = [str(d) for d in devices]
+    text = f"{len(names)} x {names[0]}" if len(set(names)) == 1 else ",".join(names)
+    return f"{nprocs} processes x {text}" if nprocs > 1 else text
 
 
 class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        check_config(cfg)  # what the command line checked already, for callers of the Python API
         t = cfg.trainer
-        if t.sync not in SYNC_MODES:
-            raise ConfigError(f"trainer.sync={t.sync!r} is not valid; valid modes: {', '.join(SYNC_MODES)}")
-        self.devices = parse_devices(resolve_devices(t.devices))
+        self.devices = parse_devices(resolve_devices(t.devices, t.device_type))
         timeout_s = float(t.get("comm_timeout_s", 300))
         self.rank, self.nprocs = init_from_environment(list(self.devices), timeout_s)
         p = len(self.devices) * self.nprocs  # replicas in all processes
@@ -143,8 +138,6 @@ class Trainer:
         self.steps = (
             epochs_to_steps(t.epochs, len(self.data.train), self.global_batch) if t.get("epochs") else int(t.steps)
         )
-        if self.steps < 1:
-            raise ConfigError(f"trainer.steps must be at least 1, got {self.steps}")
         # stop_at ends this run early without changing the run: the learning-rate schedule
         # and the data order still span trainer.steps, so a resume continues it exactly.
         self.stop_at = self.steps if t.get("stop_at") is None else int(t.stop_at)
@@ -156,11 +149,6 @@ class Trainer:
         )
         self.replicas = Replicas(model, self.devices)
         o = cfg.optim
-        clip = o.get("clip_grad_norm")
-        if clip is not None and not (isinstance(clip, (int, float)) and not isinstance(clip, bool) and clip > 0):
-            raise ConfigError(
-                f"optim.clip_grad_norm={clip} is not valid; use a positive number, or null for no clipping"
-            )
         owners = self.replicas.models if t.sync == "allreduce" else self.replicas.models[:1]
         self.optimizers = [
             torch.optim.SGD(
@@ -176,7 +164,7 @@ class Trainer:
         self.start_step = 0
         if t.get("resume"):
             self._restore(load_checkpoint(t.resume))
-        self._stop_requested = False
+        self._stop_requested, self._stop_signal = False, 0
 
     # -- set-up helpers -------------------------------------------------------------------
     @property
@@ -208,8 +196,6 @@ class Trainer:
                     f"use a multiple of {p} (e.g. {p * max(1, round(g / p))}) or set trainer.batch_per_device"
                 )
             return g // p
-        if int(t.batch_per_device) < 1:
-            raise ConfigError(f"trainer.batch_per_device must be at least 1, got {t.batch_per_device}")
         return int(t.batch_per_device)
 
     def _buckets(self, bucket_mb) -> list[tuple[int, int]]:
@@ -403,13 +389,19 @@ class Trainer:
         log = RunLog(
             self.run_dir, bool(t.get("tensorboard", True)), purge_step=self.start_step or None, enabled=self.is_main
         )
+        log.hparams(run_hparams(self.cfg))
         progress = Progress(
-            self.stop_at, int(t.log_every), bool(t.get("progress", True)) and self.is_main, messages=self.is_main
+            self.stop_at,
+            int(t.log_every),
+            bool(t.get("progress", True)) and self.is_main,
+            messages=self.is_main,
+            initial=self.start_step,
         )
         timer = PhaseTimer(self.devices)
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
         history: list[dict[str, float]] = []
+        interval: list[dict[str, float]] = []
         eval_loss = eval_acc = None
         saved_at = None
         eval_s = 0.0
@@ -419,19 +411,26 @@ class Trainer:
         try:
             for step in range(self.start_step, self.stop_at):
                 last = self.train_step(step, batches, timer)
+                last["warmup"] = not history  # the session's first step: one-off costs, left out of the means
                 history.append(last)
+                interval.append(last)
                 done = step + 1
-                values = dict(last)
+                log.step(done, last, last["warmup"])
                 if self.nprocs > 1:  # every process stops at the same step
                     self._stop_requested = any_across(self._stop_requested, self.devices[0])
+                logged = None
+                if done % int(t.log_every) == 0 or done == self.stop_at or self._stop_requested:
+                    logged = interval_mean(interval)
+                    interval = []
                 if self.is_main and t.eval_every and (done % int(t.eval_every) == 0 or done == self.stop_at):
                     began = time.perf_counter()
                     eval_loss, eval_acc = self.evaluate()
                     eval_s += time.perf_counter() - began
-                    values.update(eval_loss=eval_loss, eval_accuracy=eval_acc)
-                if done % int(t.log_every) == 0 or done == self.stop_at or "eval_accuracy" in values:
-                    log.scalars(done, values)
-                progress.update(step, last)
+                    log.scalars(done, {"eval_loss": eval_loss, "eval_accuracy": eval_acc})
+                    progress.message(f"eval at step {done}: loss {eval_loss:.4f}, accuracy {100 * eval_acc:.2f}%")
+                if logged is not None:
+                    log.scalars(done, logged)
+                progress.update(step, last, logged)
                 if (t.checkpoint_every and done % int(t.checkpoint_every) == 0) or self._stop_requested:
                     self.save(done)
                     saved_at = done
@@ -447,21 +446,10 @@ class Trainer:
         finally:
             batches.close()  # the worker processes end here, also on an error or a second Ctrl-C
             self._restore_signal_handlers(previous)
+            progress.close()
+            log.close()
         wall = time.perf_counter() - t0
-        summary = self._summarise(history, eval_loss, eval_acc, wall, wall - eval_s, checkpoint)
-        log.hparams(
-            {
-                "comm": self.cfg.comm.name,
-                "devices": len(self.devices),
-                "sync": t.sync,
-                "model": self.cfg.model.name,
-                "batch_per_device": self.per_device,
-                "lr": float(self.cfg.optim.lr),
-            },
-            {"eval_accuracy": summary.eval_accuracy or 0.0, "mean_comm_ms": summary.mean_comm_ms},
-        )
-        log.close()
-        return summary
+        return self._summarise(history, eval_loss, eval_acc, wall, wall - eval_s, checkpoint)
 
     def train_batches(self, start: int, stop: int) -> Batches:
         """This process's batches of steps ``start..stop-1``; the workers start prefetching now."""
@@ -472,9 +460,10 @@ class Trainer:
         return train_batches(self.data.train, sampler, self.workers, self.pin_memory)
 
     def _summarise(self, history, eval_loss, eval_acc, wall, train_s, checkpoint) -> Summary:
-        timed = history[1:] or history  # the first step includes one-off set-up costs
-        mean = lambda key: statistics.fmean(h[key] for h in timed) if timed else math.nan  # noqa: E731
-        comm, step_ms = mean("comm_ms"), mean("step_ms")
+        rows = timed(history)  # the first step includes one-off set-up costs
+        comm, comm_sd = mean_std(rows, "comm_ms")
+        compute, compute_sd = mean_std(rows, "compute_ms")
+        step_ms = mean_std(rows, "step_ms")[0]
         last = history[-1] if history else {"loss": math.nan, "accuracy": math.nan}
         return Summary(
             steps=self.start_step + len(history),
@@ -482,9 +471,12 @@ class Trainer:
             final_train_accuracy=last["accuracy"],
             eval_accuracy=eval_acc,
             eval_loss=eval_loss,
-            mean_compute_ms=mean("compute_ms"),
+            mean_compute_ms=compute,
             mean_comm_ms=comm,
-            mean_data_ms=mean("data_ms"),
+            std_compute_ms=compute_sd,
+            std_comm_ms=comm_sd,
+            timed_steps=len(rows),
+            mean_data_ms=mean_std(rows, "data_ms")[0],
             comm_fraction=comm / step_ms if step_ms else math.nan,
             comm_GBps=self.bytes_per_step / comm / 1e6 if comm else math.nan,
             images_per_s=self.global_batch * len(history) / train_s if history and train_s > 0 else math.nan,
@@ -492,8 +484,10 @@ class Trainer:
             train_s=train_s,
             replicas_identical=self.replicas.identical()
             and (self.nprocs == 1 or same_everywhere(self.replicas.params[0])),
+            devices=describe_devices(self.devices, self.nprocs),
             run_dir=str(self.run_dir),
             checkpoint=str(checkpoint) if checkpoint else None,
+            interrupted_by=self._stop_signal if self._stop_requested else 0,
         )
 
     def _install_signal_handlers(self, progress: Progress):
@@ -502,7 +496,7 @@ class Trainer:
         def request_stop(signum, frame):
             if self._stop_requested:
                 raise KeyboardInterrupt
-            self._stop_requested = True
+            self._stop_requested, self._stop_signal = True, int(signum)
             progress.message("stopping after this step (press Ctrl-C again to abort without saving)")
 
         previous = {}

@@ -1,0 +1,214 @@
+"""What the schema's types cannot say: unknown keys added with ``+``, ranges and choices.
+
+``check_config`` raises ``ConfigError`` with one line naming the key, the bad value and
+what is valid. It looks at the configuration only (no data, no model, no device is
+touched beyond asking how many GPUs there are), so the command line runs it for every job
+of a sweep before Hydra creates a folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from lptrain.settings.errors import ConfigError
+from lptrain.settings.schema import GROUPS
+
+SYNC_MODES = ("allreduce", "reduce")
+DEVICE_TYPES = ("auto", "cpu", "cuda")
+# Training-set sizes known without reading the data (in-memory sets and CIFAR-10).
+KNOWN_TRAIN_SIZES = {"mnist": 4500, "cifar10": 50000}
+
+
+def _bad(key: str, value: Any, valid: str) -> ConfigError:
+    shown = "null" if value is None else value
+    return ConfigError(f"{key}={shown} is not valid; {valid}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _suggest(word: str, choices: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_known_keys(cfg: DictConfig) -> None:
+    """Keys that the schema does not have: ``+trainer.stepz=3`` composes (``+`` adds a key), and is refused here."""
+    for key in cfg:
+        if key not in GROUPS:
+            raise ConfigError(
+                f"{key} is not a config group{_suggest(str(key), list(GROUPS))}; the groups: {', '.join(GROUPS)}"
+            )
+        _check_node(cfg[key], str(key))
+
+
+def _check_node(node: Any, path: str) -> None:
+    if not isinstance(node, DictConfig):
+        return
+    schema = OmegaConf.get_type(node)
+    if schema is None or not is_dataclass(schema):
+        return
+    names = [f.name for f in fields(schema)]
+    for key in node:
+        if key not in names:
+            raise ConfigError(
+                f"{path}.{key} is not an option{_suggest(str(key), names)}; {path}'s options: {', '.join(names)}"
+            )
+        _check_node(node[key], f"{path}.{key}")
+
+
+def _range(key: str, value: Any, ok: Callable[[Any], bool], valid: str, nullable: bool = False) -> None:
+    if value is None and nullable:
+        return
+    if not _number(value) or not ok(value):
+        raise _bad(key, value, valid)
+
+
+def _choice(key: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        hint = _suggest(str(value), choices)
+        raise ConfigError(f"{key}={value} is not valid{hint}; valid choices: {', '.join(choices)}")
+
+
+def check_optim(o: DictConfig) -> None:
+    from lptrain.train.schedule import SCHEDULES
+
+    _range("optim.lr", o.lr, lambda v: v > 0, "use a positive learning rate such as 0.01")
+    _range("optim.momentum", o.momentum, lambda v: 0 <= v < 1, "use a value in [0, 1), such as 0.9")
+    _range("optim.weight_decay", o.weight_decay, lambda v: v >= 0, "use 0 or a positive value such as 0.0005")
+    _choice("optim.schedule", o.schedule, SCHEDULES)
+    _range("optim.warmup_steps", o.warmup_steps, lambda v: v >= 0, "use 0 (no warm-up) or a number of steps")
+    _range("optim.step_size", o.step_size, lambda v: v >= 1, "use a positive number of steps")
+    _range("optim.gamma", o.gamma, lambda v: v > 0, "use a positive factor such as 0.1")
+    _range("optim.min_lr", o.min_lr, lambda v: v >= 0, "use 0 or a positive learning rate")
+    _range(
+        "optim.clip_grad_norm", o.clip_grad_norm, lambda v: v > 0, "use a positive norm, or null for no clipping", True
+    )
+
+
+def check_trainer(t: DictConfig, processes: int) -> int:
+    """The trainer's values; returns the number of replicas in all processes."""
+    _choice("trainer.sync", t.sync, SYNC_MODES)
+    from lptrain.train.devices import resolve_devices
+
+    replicas = len(resolve_devices(t.devices, t.device_type)) * processes
+    _range("trainer.steps", t.steps, lambda v: v >= 1, "use a positive number of steps")
+    _range("trainer.epochs", t.epochs, lambda v: v > 0, "use a positive number of epochs, or null", True)
+    if t.global_batch is not None:
+        _range("trainer.global_batch", t.global_batch, lambda v: v >= 1, "use a positive number of images")
+        if t.global_batch % replicas:
+            near = replicas * max(1, round(t.global_batch / replicas))
+            raise _bad(
+                "trainer.global_batch",
+                t.global_batch,
+                f"it must split across the {replicas} replicas: use a multiple of {replicas} such as {near}, "
+                "or set trainer.batch_per_device",
+            )
+    else:
+        _range("trainer.batch_per_device", t.batch_per_device, lambda v: v >= 1, "use a positive number of images")
+    if t.stop_at is not None and t.epochs is None:
+        _range("trainer.stop_at", t.stop_at, lambda v: 1 <= v <= t.steps, f"use a step from 1 to {t.steps}, or null")
+    _range("trainer.bucket_mb", t.bucket_mb, lambda v: v > 0, "use a positive size in MiB, or null: one bucket", True)
+    _range("trainer.eval_every", t.eval_every, lambda v: v >= 0, "use a number of steps, or 0 for no evaluation")
+    _range("trainer.eval_batch", t.eval_batch, lambda v: v >= 1, "use a positive number of images")
+    _range("trainer.log_every", t.log_every, lambda v: v >= 1, "use a positive number of steps")
+    _range("trainer.checkpoint_every", t.checkpoint_every, lambda v: v >= 0, "use a number of steps, or 0 for none")
+    _range("trainer.comm_timeout_s", t.comm_timeout_s, lambda v: v > 0, "use a positive number of seconds")
+    return replicas
+
+
+def check_comm(c: DictConfig, replicas: int) -> None:
+    from lptrain.comm.algorithms import lp
+    from lptrain.comm.errors import CollectiveInputError
+    from lptrain.comm.registry import NAMES
+    from lptrain.comm.sizes import parse_size
+
+    _choice("comm.name", c.name, NAMES)
+    options = c.options
+    if "block_size" in options and options.block_size != "auto":
+        try:
+            if parse_size(options.block_size, "block_size") < 1:
+                raise CollectiveInputError("")
+        except CollectiveInputError:
+            raise _bad(
+                "comm.options.block_size", options.block_size, "use a size in bytes (65536, 64K, 4M) or auto"
+            ) from None
+    if "allreduce" in options:
+        _choice("comm.options.allreduce", options.allreduce, lp.ALLREDUCE_MODES)
+    if options.get("order") is not None:
+        try:
+            lp.check_order(list(options.order), replicas)
+        except CollectiveInputError:
+            raise _bad(
+                "comm.options.order",
+                list(options.order),
+                f"use a permutation of the {replicas} ranks 0..{replicas - 1}, or null",
+            ) from None
+
+
+def check_model(m: DictConfig) -> None:
+    from lptrain.models import INITS, NAMES, check_image_size
+
+    _choice("model.name", m.name, NAMES)
+    _choice("model.init", m.init, INITS)
+    try:
+        check_image_size(m.name, m.image_size)
+    except ValueError as err:
+        raise ConfigError(f"model.image_size={m.image_size} is not valid; {err}") from None
+
+
+def check_data(d: DictConfig, global_batch: int) -> None:
+    from lptrain.data.datasets import NAMES
+
+    _choice("data.name", d.name, NAMES)
+    _range("data.workers", d.workers, lambda v: v >= 0, "use 0, a number of worker processes, or null (auto)", True)
+    if d.name == "synthetic":
+        for key in ("channels", "num_classes", "train_samples", "test_samples"):
+            _range(f"data.{key}", d[key], lambda v: v >= 1, "use a positive number")
+    if d.name == "imagefolder" and not d.root:
+        raise ConfigError("data.root=null is not valid; data=imagefolder needs data.root=/path/to/images")
+    size = d.train_samples if d.name == "synthetic" else KNOWN_TRAIN_SIZES.get(d.name)
+    if size is not None and global_batch > size:
+        raise ConfigError(
+            f"the global batch ({global_batch} images) is larger than data={d.name}'s training set ({size} images); "
+            "lower trainer.batch_per_device or trainer.global_batch"
+        )
+
+
+def check_resume(path: str | None) -> None:
+    """A resume file that is not there, or not even a zip archive (what torch.save writes)."""
+    if not path:
+        return
+    import zipfile
+
+    from lptrain.train.checkpoint import CheckpointError, resolve
+
+    try:
+        p = resolve(path)
+    except CheckpointError as err:
+        raise ConfigError(f"trainer.resume={path} is not valid; {err}") from None
+    if not zipfile.is_zipfile(p):
+        raise ConfigError(
+            f"trainer.resume={path} is not valid; {p} is not a checkpoint (corrupt, truncated or another kind of file)"
+        )
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every check that needs only the configuration; raises ``ConfigError``."""
+    check_known_keys(cfg)
+    processes = int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
+    t = cfg.trainer
+    replicas = check_trainer(t, processes)
+    global_batch = t.global_batch if t.global_batch is not None else t.batch_per_device * replicas
+    check_optim(cfg.optim)
+    check_comm(cfg.comm, replicas)
+    check_model(cfg.model)
+    check_data(cfg.data, global_batch)
+    check_resume(t.resume)

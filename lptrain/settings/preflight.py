@@ -1,0 +1,94 @@
+"""Check every job of a command line before Hydra runs any of them.
+
+Hydra makes a job's run folder before it calls the job, and a sweep's folder before its
+first job. ``preflight`` composes each job's configuration itself (a sweep expanded the
+way Hydra's basic sweeper expands it), applies the schema and ``check_config``, and turns
+whatever Hydra or OmegaConf objects to into one line: a bad value then costs no folder,
+no checkpoint and no event file.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import fields, is_dataclass
+
+from omegaconf import DictConfig
+
+from lptrain.settings.checks import check_config
+from lptrain.settings.errors import ConfigError
+from lptrain.settings.schema import register
+
+_TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
+# Hydra flags after which there is nothing for lptrain to check (Hydra answers them itself).
+PASS_THROUGH = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc", "--resolve", "-p")
+
+
+def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
+    """The overrides of each job the command line would run; None when Hydra should answer alone."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
+        return None
+    overrides = [a for a in args if not a.startswith("-")]
+    if not multirun:
+        return [overrides]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return list(itertools.chain.from_iterable(batches))
+
+
+def compose_job(overrides: Sequence[str]) -> DictConfig:
+    """The configuration one job would get (without Hydra's own node)."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module("lptrain.configs", version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def preflight(args: Sequence[str]) -> int:
+    """Compose and check every job of ``args``; the number of jobs checked. Raises ``ConfigError``."""
+    register()
+    try:
+        jobs = job_overrides(args)
+    except Exception as err:  # an override Hydra cannot parse
+        raise ConfigError(one_line(err)) from None
+    if jobs is None:
+        return 0
+    for overrides in jobs:
+        try:
+            cfg = compose_job(overrides)
+        except Exception as err:
+            raise ConfigError(one_line(err)) from None
+        check_config(cfg)
+    return len(jobs)
+
+
+def one_line(err: BaseException) -> str:
+    """What Hydra or OmegaConf said, as one line that names the key and the valid choices."""
+    root = err
+    while root.__cause__ is not None:
+        root = root.__cause__
+    key = getattr(root, "full_key", None)
+    text = str(root).split("\n")[0].strip()
+    if key and type(root).__name__ in ("ConfigAttributeError", "ConfigKeyError"):
+        schema = getattr(root, "object_type", None)
+        path, _, name = key.rpartition(".")
+        valid = [f.name for f in fields(schema)] if schema is not None and is_dataclass(schema) else []
+        where = f"; {path}'s options: {', '.join(valid)}" if valid else ""
+        return f"{key} is not an option{where}"
+    if key and type(root).__name__ == "ValidationError":
+        value = getattr(root, "value", None)
+        for word, phrase in _TYPE_WORDS.items():
+            if text.endswith(f"converted to {word}"):
+                return f"{key}={value} is not valid: expected {phrase}"
+        return f"{key}={value} is not valid: {text}"
+    options = getattr(root, "options", None)
+    missing = getattr(root, "missing_cfg_file", None)
+    if missing and options is not None:  # comm=foo: an option the group does not have
+        group, _, name = str(missing).rpartition("/")
+        choices = [o for o in options if not o.startswith("schema")]
+        return f"{group}={name} is not valid; valid choices: {', '.join(choices)}"
+    return " ".join(str(root).split())

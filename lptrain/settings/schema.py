@@ -1,0 +1,184 @@
+"""The configuration's schema: one dataclass per config group, registered with Hydra.
+
+Each YAML file in ``lptrain/configs/<group>/`` starts from one of these (its defaults
+list names ``schema_*``), so Hydra refuses an unknown key (``+trainer.stepz=3``) or a
+value of the wrong type (``trainer.steps=abc``) while it composes the configuration,
+before any run folder exists. Ranges and choices that a type cannot say (a negative
+learning rate, an unknown schedule) are checked in ``lptrain.settings.checks``.
+
+Every field carries a one-line ``help``: ``lptrain --help`` prints them. This module
+imports neither torch nor Hydra (``register`` imports Hydra when it is called), so that
+``--help`` starts at once.
+"""
+
+# ruff: noqa: UP045 - OmegaConf 2.3 reads Optional[...] in structured configs, not X | None
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Optional
+
+
+def opt(default: Any, help: str) -> Any:  # noqa: A002 - the word users see
+    """A field with its default and its line of help."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+# -- comm ---------------------------------------------------------------------------------------
+@dataclass
+class CommOptions:
+    accumulate_fp32: bool = opt(True, "float16/bfloat16 sums accumulate in float32")
+
+
+@dataclass
+class LpOptions(CommOptions):
+    block_size: Any = opt("auto", "pipeline block in bytes (65536, 64K, 4M) or auto: the cost model's optimum")
+    order: Optional[list[int]] = opt(None, "the chain of ranks, a permutation such as [3,2,1,0] (null: 0..P-1)")
+    allreduce: str = opt("overlapped", "overlapped (reduce and broadcast pipelined together) or reduce_broadcast")
+
+
+@dataclass
+class CommConfig:
+    name: str = opt(MISSING, "the collective algorithm: lp, mst, be, ring or nccl")
+    options: CommOptions = field(default_factory=CommOptions)
+
+
+@dataclass
+class LpCommConfig(CommConfig):
+    name: str = opt("lp", "the collective algorithm: lp, mst, be, ring or nccl")
+    options: LpOptions = field(default_factory=LpOptions)
+
+
+# -- model --------------------------------------------------------------------------------------
+@dataclass
+class ModelConfig:
+    name: str = opt(MISSING, "the network: small, alexnet, googlenet or vgg16 (torchvision, no download)")
+    image_size: int = opt(224, "side of the square input in pixels")
+    init: str = opt("default", "default (the network's own) or kaiming (torchvision's VGG scheme)")
+
+
+# -- data ---------------------------------------------------------------------------------------
+@dataclass
+class DataConfig:
+    name: str = opt(MISSING, "the data set: mnist, synthetic, cifar10 or imagefolder")
+    workers: Optional[int] = opt(None, "decoding processes; 0 decodes in the training process, null: automatic")
+
+
+@dataclass
+class SyntheticDataConfig(DataConfig):
+    image_size: int = opt(224, "side of the generated images")
+    channels: int = opt(3, "channels of the generated images")
+    num_classes: int = opt(10, "classes")
+    train_samples: int = opt(4096, "training images")
+    test_samples: int = opt(512, "evaluation images")
+    seed: int = opt(0, "seed of the generated images")
+
+
+@dataclass
+class Cifar10DataConfig(DataConfig):
+    root: str = opt("~/data/cifar10", "folder of the CIFAR-10 python files")
+    download: bool = opt(False, "fetch CIFAR-10 into root when it is missing (needs the network)")
+    image_size: int = opt(32, "side of the training crops")
+    augment: bool = opt(True, "random crops and flips for training")
+    pad: int = opt(4, "padding before the random crop")
+    flip: bool = opt(True, "random horizontal flips")
+    eval_resize: float = opt(1.0, "evaluation images are resized to image_size x this, then centre-cropped")
+
+
+@dataclass
+class ImageFolderDataConfig(DataConfig):
+    root: Optional[str] = opt(None, "folder holding train_dir and val_dir, one sub-folder of images per class")
+    train_dir: str = opt("train", "training images under root")
+    val_dir: str = opt("val", "evaluation images under root")
+    image_size: int = opt(224, "side of the training crops")
+    augment: bool = opt(True, "random resized crops and flips for training")
+    crop_scale: list[float] = opt([0.08, 1.0], "area range of the random resized crop")
+    flip: bool = opt(True, "random horizontal flips")
+    eval_resize: float = opt(1.142857, "evaluation images: shorter side to image_size x this, then centre-cropped")
+
+
+# -- optim --------------------------------------------------------------------------------------
+@dataclass
+class OptimConfig:
+    lr: float = opt(0.05, "peak learning rate (positive)")
+    momentum: float = opt(0.9, "SGD momentum, in [0, 1)")
+    weight_decay: float = opt(0.0, "L2 penalty (0 or more)")
+    nesterov: bool = opt(False, "Nesterov momentum")
+    schedule: str = opt("cosine", "learning-rate schedule: constant, step or cosine")
+    warmup_steps: int = opt(0, "steps of linear warm-up from 0 to lr")
+    step_size: int = opt(100, "step schedule: steps between decays")
+    gamma: float = opt(0.1, "step schedule: decay factor")
+    min_lr: float = opt(0.0, "cosine schedule: the final learning rate")
+    clip_grad_norm: Optional[float] = opt(None, "scale the averaged gradient down to this L2 norm (null: never)")
+
+
+# -- trainer ------------------------------------------------------------------------------------
+@dataclass
+class TrainerConfig:
+    devices: Any = opt(
+        "auto",
+        "auto, cuda (every GPU), cuda:0, a list [cuda:0,cuda:2], cpu, or a count N of device_type",
+    )
+    device_type: str = opt("auto", "what a count in devices counts: cpu, cuda, or auto (cuda when there is a GPU)")
+    batch_per_device: int = opt(32, "images per replica per step")
+    global_batch: Optional[int] = opt(None, "images per step over all replicas (instead of batch_per_device)")
+    steps: int = opt(300, "training steps (iterations)")
+    epochs: Optional[float] = opt(None, "train for this many epochs instead of steps")
+    stop_at: Optional[int] = opt(None, "end after this step; the schedule and data order still span steps")
+    sync: str = opt("allreduce", "allreduce (gradients) or reduce (to the root, then broadcast the weights)")
+    bucket_mb: Optional[float] = opt(None, "communicate the gradient in buckets of this many MiB (null: one)")
+    eval_every: int = opt(100, "evaluate every this many steps and at the end (0: never)")
+    eval_batch: int = opt(256, "images per evaluation batch")
+    log_every: int = opt(10, "steps per logged interval (logged values are the interval's means)")
+    seed: int = opt(0, "seed of the model's initialisation and the data order")
+    checkpoint_every: int = opt(100, "save checkpoints/last.pt every this many steps (0: never)")
+    keep_checkpoints: bool = opt(False, "also keep checkpoints/step_NNNNNNNN.pt beside last.pt")
+    resume: Optional[str] = opt(None, "continue a run: its checkpoint file or its run folder")
+    tensorboard: bool = opt(True, "write TensorBoard event files under tb/")
+    comm_timeout_s: float = opt(300.0, "torchrun: a peer silent this long is an error")
+    check_desync: bool = opt(True, "torchrun: ranks compare what they call before each collective")
+    progress: bool = opt(True, "show the progress display")
+
+
+GROUPS: dict[str, type] = {
+    "comm": CommConfig,
+    "model": ModelConfig,
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "trainer": TrainerConfig,
+}
+
+# Each schema as the YAML files name it in their defaults lists: (group, name) -> class.
+SCHEMAS: dict[tuple[str, str], type] = {
+    ("comm", "schema_lp"): LpCommConfig,
+    ("comm", "schema_collective"): CommConfig,
+    ("model", "schema"): ModelConfig,
+    ("data", "schema_mnist"): DataConfig,
+    ("data", "schema_synthetic"): SyntheticDataConfig,
+    ("data", "schema_cifar10"): Cifar10DataConfig,
+    ("data", "schema_imagefolder"): ImageFolderDataConfig,
+    ("optim", "schema_sgd"): OptimConfig,
+    ("trainer", "schema"): TrainerConfig,
+}
+
+
+def register() -> None:
+    """Put the schemas in Hydra's ConfigStore (before Hydra composes a configuration)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for (group, name), node in SCHEMAS.items():
+        store.store(group=group, name=name, node=node)
+
+
+def field_help(cls: type) -> list[tuple[str, Any, str]]:
+    """(name, default, help) of each field of a schema class, nested options flattened."""
+    out = []
+    for f in fields(cls):
+        if f.default_factory is not MISSING and hasattr(f.default_factory, "__dataclass_fields__"):
+            out += [(f"{f.name}.{n}", d, h) for n, d, h in field_help(f.default_factory)]
+            continue
+        default = f.default if f.default_factory is MISSING else f.default_factory()
+        out.append((f.name, default, f.metadata.get("help", "")))
+    return out

@@ -1,0 +1,79 @@
+"""Per-iteration statistics, shared by the run's summary and ``lptrain-report``.
+
+A run writes one line per step to ``steps.jsonl``; the first step of each session (the
+start, and the first step after a resume) carries one-off costs (allocations, plan
+building, first-touch of the buffers) and is marked ``"warmup": true``. The means and
+spreads of a run are over the other steps, the "timed" ones, so that the summary and the
+report agree. Imports nothing heavy: the report reads runs without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+# Logged as the interval's last value rather than its mean.
+LAST = ("lr", "comm_bytes")
+# Rates: the interval's total work over its total time (a harmonic mean of the steps' rates).
+RATES = ("images_per_s", "comm_GBps")
+
+
+def timed(rows: Sequence[dict]) -> list[dict]:
+    """The rows of timed steps (all of them if every row is a warm-up row, e.g. one step)."""
+    kept = [r for r in rows if not r.get("warmup")]
+    return kept or list(rows)
+
+
+def mean_std(rows: Sequence[dict], key: str) -> tuple[float, float]:
+    """Mean and population standard deviation of ``key`` over ``rows`` (nan when none)."""
+    values = [float(r[key]) for r in rows if key in r]
+    if not values:
+        return math.nan, math.nan
+    return statistics.fmean(values), statistics.pstdev(values)
+
+
+def interval_mean(rows: Sequence[dict]) -> dict[str, float]:
+    """One logged point for an interval of steps: means, last values, rates over the interval."""
+    out: dict[str, float] = {}
+    for key in rows[-1]:
+        values = [float(r[key]) for r in rows if key in r and not isinstance(r[key], bool)]
+        if not values:
+            continue
+        if key in LAST:
+            out[key] = values[-1]
+        elif key in RATES:
+            out[key] = len(values) / sum(1 / v for v in values) if all(v > 0 for v in values) else math.nan
+        else:
+            out[key] = statistics.fmean(values)
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """A JSON-lines file (``steps.jsonl``, ``metrics.jsonl``) as rows; a line cut short by a crash is skipped."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def keep_through(path: Path, step: int) -> None:
+    """Drop lines logged after ``step`` (a resume continues from the checkpoint's step)."""
+    if not path.exists():
+        return
+    lines: Iterable[str] = path.read_text().splitlines()
+    kept = []
+    for line in lines:
+        try:
+            if json.loads(line)["step"] <= step:
+                kept.append(line)
+        except (json.JSONDecodeError, KeyError):
+            continue
+    path.write_text("".join(line + "\n" for line in kept))
