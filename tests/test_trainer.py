@@ -78,7 +78,7 @@ def test_p_replicas_match_one_device_with_the_p_times_larger_batch(tmp_path, com
 
 def test_buckets_give_the_same_result_as_one_collective(tmp_path):
     one, _ = train(tmp_path / "a", "trainer.steps=3", "trainer.devices=cpu*3")
-    bucketed, _ = train(tmp_path / "b", "trainer.steps=3", "trainer.devices=cpu*3", "trainer.bucket_mb=0.05")
+    bucketed, _ = train(tmp_path / "b", "trainer.steps=3", "trainer.devices=cpu*3", "trainer.bucket_mb=0.001")
     assert len(bucketed.buckets) > 3
     assert torch.allclose(one.replicas.params[0], bucketed.replicas.params[0], atol=1e-6)
 

@@ -93,9 +93,13 @@ def check_optim(o: DictConfig) -> None:
     )
 
 
+FLOAT_TYPES = ("fp32", "bf16", "fp16")
+
+
 def check_trainer(t: DictConfig, processes: int) -> int:
     """The trainer's values; returns the number of replicas in all processes."""
     _choice("trainer.sync", t.sync, SYNC_MODES)
+    _choice("trainer.precision", t.precision, FLOAT_TYPES)
     from lptrain.train.devices import resolve_devices
 
     replicas = len(resolve_devices(t.devices, t.device_type)) * processes
@@ -131,6 +135,7 @@ def check_comm(c: DictConfig, replicas: int) -> None:
     from lptrain.comm.sizes import parse_size
 
     _choice("comm.name", c.name, NAMES)
+    _choice("comm.grad_dtype", c.grad_dtype, FLOAT_TYPES)
     options = c.options
     if "block_size" in options and options.block_size != "auto":
         try:

@@ -41,6 +41,7 @@ class LpOptions(CommOptions):
 @dataclass
 class CommConfig:
     name: str = opt(MISSING, "the collective algorithm: lp, mst, be, ring or nccl")
+    grad_dtype: str = opt("fp32", "dtype the gradients travel in: fp32, bf16 or fp16 (half the bytes; summed in fp32)")
     options: CommOptions = field(default_factory=CommOptions)
 
 
@@ -128,6 +129,8 @@ class TrainerConfig:
     stop_at: Optional[int] = opt(None, "end after this step; the schedule and data order still span steps")
     sync: str = opt("allreduce", "allreduce (gradients) or reduce (to the root, then broadcast the weights)")
     bucket_mb: Optional[float] = opt(None, "communicate the gradient in buckets of this many MiB (null: one)")
+    overlap: bool = opt(True, "start each bucket's collective while backward still runs (exact: same results)")
+    precision: str = opt("fp32", "fp32, bf16 or fp16: autocast on every replica (weights stay fp32)")
     eval_every: int = opt(100, "evaluate every this many steps and at the end (0: never)")
     eval_batch: int = opt(256, "images per evaluation batch")
     log_every: int = opt(10, "steps per logged interval (logged values are the interval's means)")

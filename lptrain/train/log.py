@@ -25,16 +25,18 @@ TAGS = {
     "data_ms": "time/data_ms",
     "compute_ms": "time/compute_ms",
     "comm_ms": "time/comm_ms",
+    "comm_exposed_ms": "time/comm_exposed_ms",
     "step_ms": "time/step_ms",
     "comm_GBps": "comm/bandwidth_GBps",
     "comm_bytes": "comm/bytes",
     "images_per_s": "throughput/images_per_s",
     "lr": "optim/lr",
     "grad_norm": "optim/grad_norm",
+    "loss_scale": "optim/loss_scale",
 }
 
 
-STEP_KEYS = ("loss", "accuracy", "data_ms", "compute_ms", "comm_ms", "step_ms")
+STEP_KEYS = ("loss", "accuracy", "data_ms", "compute_ms", "comm_ms", "comm_exposed_ms", "step_ms")
 
 
 class RunLog:
@@ -142,7 +144,8 @@ class Progress:
         return (
             f"step {done:>{len(str(self.total))}}/{self.total} | loss {values['loss']:.4f} | "
             f"acc {100 * values['accuracy']:5.1f}% | data {values['data_ms']:6.1f} ms | "
-            f"compute {values['compute_ms']:7.1f} ms | comm {values['comm_ms']:7.1f} ms | "
+            f"compute {values['compute_ms']:7.1f} ms | comm {values['comm_ms']:7.1f} ms"
+            f" (exposed {values.get('comm_exposed_ms', values['comm_ms']):6.1f}) | "
             f"{values['images_per_s']:5.0f} img/s | {_eta(elapsed)} elapsed, ETA {_eta(eta) if eta == eta else '?'}"
         )
 

@@ -47,6 +47,8 @@ from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_chec
 from lptrain.train.devices import resolve_devices
 from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
+from lptrain.train.overlap import OverlappedReduction, gradient_buckets
+from lptrain.train.precision import PRECISIONS, LossScaler, autocast, check_precision
 from lptrain.train.replicas import Replicas
 from lptrain.train.schedule import learning_rate
 from lptrain.train.stepstats import interval_mean, mean_std, timed
@@ -66,6 +68,7 @@ class Summary:
     mean_comm_ms: float
     std_compute_ms: float  # spread over the timed steps (population standard deviation)
     std_comm_ms: float
+    mean_comm_exposed_ms: float  # the part of the communication the step waited for (all of it without overlap)
     timed_steps: int  # steps in the means: all but the first of each session (its one-off set-up)
     mean_data_ms: float  # time blocked waiting for the input pipeline
     comm_fraction: float
@@ -94,6 +97,7 @@ class Summary:
             f" {self.timed_steps} timed steps)",
             f"  communication   {self.mean_comm_ms:.1f} ms per iteration (sd {self.std_comm_ms:.1f};"
             f" {100 * self.comm_fraction:.0f}% of the step), {self.comm_GBps:.2f} GB/s",
+            f"  exposed comm    {self.mean_comm_exposed_ms:.1f} ms per iteration (what the step waited for)",
             f"  replicas        {'identical' if self.replicas_identical else 'DIVERGED'}",
             f"  logs            {self.run_dir}  (tensorboard --logdir {self.run_dir})",
         ]
@@ -160,7 +164,20 @@ class Trainer:
             )
             for m in owners
         ]
+        self.precision = str(t.precision)
+        problem = check_precision(self.devices[0].type, self.precision)
+        if problem:
+            raise ConfigError(f"trainer.precision={self.precision} is not valid: {problem}; use fp32 or bf16")
+        self.scaler = LossScaler(self.precision == "fp16")
+        self.grad_dtype = PRECISIONS[str(cfg.comm.grad_dtype)]
         self.buckets = self._buckets(t.get("bucket_mb"))
+        # Overlap: each bucket's collective starts on a communication thread as soon as
+        # every replica has produced its gradients, while backward continues.
+        self.overlap = (
+            OverlappedReduction(self.replicas.models, self.devices, self.buckets, self._reduce_bucket)
+            if t.overlap
+            else None
+        )
         self.start_step = 0
         if t.get("resume"):
             self._restore(load_checkpoint(t.resume))
@@ -199,11 +216,25 @@ class Trainer:
         return int(t.batch_per_device)
 
     def _buckets(self, bucket_mb) -> list[tuple[int, int]]:
-        n = self.replicas.numel
-        if not bucket_mb:
-            return [(0, n)]
-        size = max(1, int(float(bucket_mb) * 2**20) // self.replicas.params[0].element_size())
-        return [(a, min(a + size, n)) for a in range(0, n, size)]
+        """Whole parameters, from the last to the first (the order backward produces them),
+        at least ``bucket_mb`` each; the same buckets with and without overlap."""
+        sizes = [q.numel() for q in self.replicas.models[0].parameters() if q.requires_grad]
+        elems = max(1, int(float(bucket_mb) * 2**20) // self.grad_dtype.itemsize) if bucket_mb else None
+        return gradient_buckets(sizes, elems)
+
+    def _reduce_bucket(self, k: int) -> None:
+        """Average bucket ``k`` of the gradients: allreduce, or reduce to the root; in
+        ``comm.grad_dtype`` when that is narrower (summed in float32, cast back)."""
+        a, b = self.buckets[k]
+        grads = [g[a:b] for g in self.replicas.grads]
+        sent = grads if self.grad_dtype == grads[0].dtype else [g.to(self.grad_dtype) for g in grads]
+        if self.cfg.trainer.sync == "allreduce":
+            self.comm.allreduce(sent, op="avg")
+        else:
+            self.comm.reduce(sent, root=0, op="avg")
+        if sent is not grads:
+            for g, s in zip(grads, sent if self.cfg.trainer.sync == "allreduce" else sent[:1]):
+                g.copy_(s)
 
     # -- one iteration ---------------------------------------------------------------------
     def train_step(
@@ -223,22 +254,28 @@ class Trainer:
         for dtype in reps.buffers[0]:  # batch-norm statistics follow the root
             self.comm.broadcast([b[dtype] for b in reps.buffers], root=0)
         timer.stop("comm_buffers")
-        timer.start("compute")  # 2. forward and backward on every replica's slice
+        timer.start("compute")  # 2. forward and backward on every replica's slice ...
         reps.zero_grad()
+        if self.overlap is not None:  # ... the buckets' collectives starting as their gradients are ready
+            self.overlap.begin()
         results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r]))
         timer.stop("compute")
-        timer.start("comm")  # 3. average the sub-gradients
-        for a, b in self.buckets:
-            grads = [g[a:b] for g in reps.grads]
-            if self.cfg.trainer.sync == "allreduce":
-                self.comm.allreduce(grads, op="avg")
-            else:
-                self.comm.reduce(grads, root=0, op="avg")
+        timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
+        if self.overlap is not None:
+            self.overlap.backward_done()
+            grads_ms, _ = self.overlap.wait()
+        else:
+            for k in range(len(self.buckets)):
+                self._reduce_bucket(k)
         timer.stop("comm")
         timer.start("update")  # 4. update: everywhere, or on the root ...
-        grad_norm = self._clip_gradients()
-        for opt in self.optimizers:
-            opt.step()
+        overflow = self._unscale_gradients()
+        grad_norm = None
+        if not overflow:
+            grad_norm = self._clip_gradients()
+            for opt in self.optimizers:
+                opt.step()
+        self.scaler.update(overflow)
         timer.stop("update")
         timer.start("comm_params")  # ... and then broadcast the weights from it
         if self.cfg.trainer.sync == "reduce":
@@ -252,7 +289,9 @@ class Trainer:
         if self.nprocs > 1:
             loss, correct = sum_across([loss, correct], self.devices[0])
             loss /= self.nprocs
-        comm_ms = ms["comm"] + ms["comm_params"] + ms["comm_buffers"]
+        other_ms = ms["comm_params"] + ms["comm_buffers"]  # not overlapped
+        comm_ms = (grads_ms if self.overlap is not None else ms["comm"]) + other_ms
+        exposed_ms = ms["comm"] + other_ms  # what the step waited for
         wall_ms = (time.perf_counter() - began) * 1e3  # the whole iteration, data wait included
         values = {
             "loss": loss,
@@ -260,7 +299,8 @@ class Trainer:
             "data_ms": data_ms,
             "compute_ms": ms["compute"],
             "comm_ms": comm_ms,
-            "step_ms": sum(ms.values()),  # the timed phases: compute, communication, update
+            "comm_exposed_ms": exposed_ms,
+            "step_ms": sum(ms.values()),  # the timed phases: compute, exposed communication, update
             "comm_bytes": float(self.bytes_per_step),
             "comm_GBps": self.bytes_per_step / max(comm_ms, 1e-9) / 1e6,
             "images_per_s": self.global_batch / max(wall_ms, 1e-9) * 1e3,
@@ -268,7 +308,23 @@ class Trainer:
         }
         if grad_norm is not None:
             values["grad_norm"] = grad_norm
+        if self.scaler.enabled:
+            values["loss_scale"] = self.scaler.scale
         return values
+
+    def _unscale_gradients(self) -> bool:
+        """fp16: whether the averaged gradient overflowed (decided on the root's, shared by
+        every process); if not, the gradient divided by the loss scale where steps are taken."""
+        if not self.scaler.enabled:
+            return False
+        overflow = self.scaler.found_overflow(self.replicas.grads[0])
+        if self.nprocs > 1:  # in reduce mode only rank 0 holds the sum: its answer counts
+            counts = self.cfg.trainer.sync == "allreduce" or self.rank == 0
+            overflow = any_across(overflow and counts, self.devices[0])
+        if not overflow:
+            grads = self.replicas.grads
+            self.scaler.unscale(grads if self.cfg.trainer.sync == "allreduce" else grads[:1])
+        return overflow
 
     def _clip_gradients(self) -> float | None:
         """With ``optim.clip_grad_norm`` set: the averaged gradient's norm, the gradient scaled
@@ -297,14 +353,17 @@ class Trainer:
             images.to(device, non_blocking=True), self.spec.in_channels, self.image_size, self.data.mean, self.data.std
         )
         y = labels.to(device, non_blocking=True)
-        loss, logits = classification_loss(model(x), y)
-        loss.backward()
-        return loss.detach(), (logits.argmax(1) == y).sum()
+        with autocast(device, self.precision):
+            loss, logits = classification_loss(model(x), y)
+        self.scaler.scale_loss(loss).backward()
+        return loss.detach().float(), (logits.argmax(1) == y).sum()
 
     @property
     def bytes_per_step(self) -> int:
-        grad_bytes = self.replicas.numel * self.replicas.params[0].element_size()
-        return grad_bytes * (2 if self.cfg.trainer.sync == "reduce" else 1)
+        """The gradient in ``comm.grad_dtype``, and in reduce mode the float32 weights broadcast back."""
+        grad_bytes = self.replicas.numel * self.grad_dtype.itemsize
+        param_bytes = self.replicas.numel * self.replicas.params[0].element_size()
+        return grad_bytes + (param_bytes if self.cfg.trainer.sync == "reduce" else 0)
 
     def lr(self, step: int) -> float:
         o = self.cfg.optim
@@ -352,6 +411,7 @@ class Trainer:
             "params": reps.params[0].cpu(),
             "buffers": {str(k).removeprefix("torch."): v.cpu() for k, v in reps.buffers[0].items()},
             "optimizer": self.optimizers[0].state_dict(),
+            "loss_scale": self.scaler.state_dict(),
             "rng_cpu": torch.get_rng_state(),
             "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "config": OmegaConf.to_container(self.cfg, resolve=True),
@@ -378,6 +438,8 @@ class Trainer:
             # A copy each: on the same device load_state_dict keeps the tensors it is
             # given, and replicas sharing one momentum buffer would update it P times.
             opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+        if "loss_scale" in state:
+            self.scaler.load_state_dict(state["loss_scale"])
         torch.set_rng_state(state["rng_cpu"])
         if state.get("rng_cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
@@ -475,6 +537,7 @@ class Trainer:
             mean_comm_ms=comm,
             std_compute_ms=compute_sd,
             std_comm_ms=comm_sd,
+            mean_comm_exposed_ms=mean_std(rows, "comm_exposed_ms")[0],
             timed_steps=len(rows),
             mean_data_ms=mean_std(rows, "data_ms")[0],
             comm_fraction=comm / step_ms if step_ms else math.nan,

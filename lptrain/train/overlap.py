@@ -1,0 +1,176 @@
+"""Gradient buckets, and their collectives started while backward still runs.
+
+``gradient_buckets`` cuts the flat gradient buffer into buckets in the order backward
+produces gradients: from the last parameter to the first, as DDP does, each bucket a run
+of whole parameters of at least ``bucket_mb``. Both modes use the same buckets, so their
+results are bitwise the same: every bucket's collective sees the same numbers.
+
+``OverlappedReduction`` (``trainer.overlap=true``) counts, per bucket, the gradients that
+every local replica has finished (post-accumulate-grad hooks, a countdown under a lock,
+since GPU replicas run backward in threads of their own), and one communication thread
+runs the buckets' collectives strictly in bucket order (every process of a torchrun job
+then issues the same collectives in the same order) as soon as each is ready, while
+backward continues. On CUDA the thread waits for an event recorded where the last
+gradient of the bucket was queued and runs the collective on a communication stream of
+each device. Parameters that got no gradient (unused branches) cannot hold a bucket back:
+when backward has finished everywhere, the remaining buckets go as they are.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+from torch import nn
+
+Bucket = tuple[int, int]  # [start, stop) in the flat gradient buffer
+
+
+def gradient_buckets(sizes: Sequence[int], bucket_elems: int | None) -> list[Bucket]:
+    """Buckets over a flat buffer holding parameters of ``sizes`` elements, in that order:
+    from the last parameter to the first, each at least ``bucket_elems`` (None: one bucket)."""
+    total = sum(sizes)
+    if not bucket_elems:
+        return [(0, total)]
+    buckets, stop, filled = [], total, 0
+    for size in reversed(sizes):
+        filled += size
+        if filled >= bucket_elems:
+            buckets.append((stop - filled, stop))
+            stop, filled = stop - filled, 0
+    if filled:
+        buckets.append((0, stop))
+    return buckets
+
+
+class OverlappedReduction:
+    """Runs ``reduce_bucket(k)`` for every bucket ``k`` in order, each as soon as every
+    replica has produced all of the bucket's gradients.
+
+    Use per step: ``begin()`` before backward, ``backward_done()`` after the last
+    replica's backward, ``wait()`` for the totals: the communication time (sum over the
+    buckets) and the exposed part (from the end of backward to the end of the last
+    collective).
+    """
+
+    def __init__(
+        self,
+        models: Sequence[nn.Module],
+        devices: Sequence[torch.device],
+        buckets: Sequence[Bucket],
+        reduce_bucket: Callable[[int], None],
+    ) -> None:
+        self.devices, self.buckets, self.reduce_bucket = list(devices), list(buckets), reduce_bucket
+        self._cond = threading.Condition()
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="lptrain-comm")
+        self._cuda = devices[0].type == "cuda"
+        self._streams = [torch.cuda.Stream(d) for d in dict.fromkeys(devices)] if self._cuda else []
+        self._handles = []
+        self._per_bucket = [0] * len(self.buckets)
+        self._pending = [0] * len(self.buckets)  # armed by begin(); a backward outside a step counts nothing
+        self._events: list[list | None] = [None] * len(self.buckets)
+        for model in models:
+            offset = 0
+            for p in (p for p in model.parameters() if p.requires_grad):
+                k = self._bucket_of(offset)
+                self._per_bucket[k] += 1
+                self._handles.append(p.register_post_accumulate_grad_hook(self._hook(k)))
+                offset += p.numel()
+        self._future: Future | None = None
+
+    def _bucket_of(self, offset: int) -> int:
+        for k, (a, b) in enumerate(self.buckets):
+            if a <= offset < b:
+                return k
+        raise ValueError(f"offset {offset} is in no bucket")  # pragma: no cover - buckets cover the buffer
+
+    def _hook(self, k: int) -> Callable[[torch.Tensor], None]:
+        def ready(_param: torch.Tensor) -> None:
+            with self._cond:
+                self._pending[k] -= 1
+                if self._pending[k] == 0:
+                    if self._cuda:  # the gradient kernels are queued, not done: mark where
+                        self._events[k] = [torch.cuda.Event() for _ in self._streams]
+                        for e, s in zip(self._events[k], self._streams):
+                            e.record(torch.cuda.current_stream(s.device))
+                    self._cond.notify_all()
+
+        return ready
+
+    def begin(self) -> None:
+        """Arm the countdowns and start the communication thread (before any backward)."""
+        self._pending = list(self._per_bucket)
+        self._events = [None] * len(self.buckets)
+        self._finished = False
+        self._backward_end = None
+        self._future = self._thread.submit(self._run)
+
+    def backward_done(self) -> None:
+        """Every replica's backward has returned: buckets still waiting go as they are."""
+        with self._cond:
+            self._finished = True
+            self._backward_end = time.perf_counter()
+            self._cond.notify_all()
+
+    def wait(self) -> tuple[float, float]:
+        """(communication ms, exposed ms) of this step, once every bucket is done."""
+        assert self._future is not None, "begin() was not called"
+        comm_ms, end = self._future.result()
+        for stream in self._streams:  # the update runs after the collectives on the device too
+            torch.cuda.current_stream(stream.device).wait_stream(stream)
+        exposed = max(0.0, end - (self._backward_end or end)) * 1e3
+        return comm_ms, exposed
+
+    def _run(self) -> tuple[float, float]:
+        comm_s = 0.0
+        for k in range(len(self.buckets)):
+            with self._cond:
+                self._cond.wait_for(lambda k=k: self._pending[k] == 0 or self._finished)
+                events = self._events[k]
+            comm_s += self._collective(k, events)
+        return comm_s * 1e3, time.perf_counter()
+
+    def _collective(self, k: int, events) -> float:
+        if not self._cuda:
+            began = time.perf_counter()
+            self.reduce_bucket(k)
+            return time.perf_counter() - began
+        for stream, event in zip(self._streams, events or []):
+            stream.wait_event(event)
+        if events is None:  # backward ended without this bucket complete: wait for all queued work
+            for stream in self._streams:
+                stream.wait_stream(torch.cuda.current_stream(stream.device))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in self._streams]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in self._streams]
+        for s, e in zip(self._streams, starts):
+            e.record(s)
+        with contextlib_streams(self._streams):
+            self.reduce_bucket(k)
+        for s, e in zip(self._streams, ends):
+            e.record(s)
+        for e in ends:
+            e.synchronize()
+        return max(a.elapsed_time(b) for a, b in zip(starts, ends)) / 1e3
+
+    def close(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._thread.shutdown(wait=True)
+
+
+class contextlib_streams:  # noqa: N801 - used as a context manager, like torch.cuda.stream
+    """Make each stream current on its device for the duration (the collective's work goes there)."""
+
+    def __init__(self, streams: Sequence[torch.cuda.Stream]) -> None:
+        self._contexts = [torch.cuda.stream(s) for s in streams]
+
+    def __enter__(self) -> None:
+        for c in self._contexts:
+            c.__enter__()
+
+    def __exit__(self, *exc) -> None:
+        for c in reversed(self._contexts):
+            c.__exit__(*exc)

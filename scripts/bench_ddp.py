@@ -1,0 +1,123 @@
+"""lptrain against PyTorch DDP, side by side: the same recipe, steps and batch under torchrun.
+
+    python scripts/bench_ddp.py                      # alexnet and googlenet, 10 steps, 2 processes
+    python scripts/bench_ddp.py --recipes alexnet --steps 12 --repeats 2
+
+For each recipe, one after the other on the same machine: DDP (``scripts/ddp_recipe.py``,
+gloo, its default 25 MiB buckets) and lptrain with lp and ring, each with
+``trainer.overlap=false`` and ``true`` (buckets of ``--bucket-mb``), one CPU replica per
+process. The figure compared is the wall clock of the training steps (lptrain's summary
+``train_s``, DDP's loop), start-up excluded; printed as a table with each time's ratio to
+DDP's (above 1: lptrain faster), and the in-process exposed-communication share is printed
+by ``lptrain`` itself. A benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def torchrun(nproc: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+
+
+def ddp(recipe: str, steps: int, nproc: int) -> float:
+    out = subprocess.run(
+        torchrun(nproc, str(HERE / "ddp_recipe.py"), "--recipe", recipe, "--steps", str(steps)),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])["train_s"]
+
+
+def run_lptrain(launcher: list[str], run_dir: Path, *overrides: str) -> dict:
+    """One lptrain run with logging, evaluation and checkpoints off; its summary.json."""
+    quiet = [
+        "trainer.eval_every=0",
+        "trainer.checkpoint_every=0",
+        "trainer.progress=false",
+        "trainer.tensorboard=false",
+    ]
+    command = [*launcher, "-m", "lptrain", *overrides, *quiet, f"hydra.run.dir={run_dir}"]
+    subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def lptrain(recipe: str, steps: int, nproc: int, comm: str, overlap: bool, bucket_mb: float, work: Path) -> float:
+    run_dir = work / f"{recipe}-{comm}-{overlap}-{len(list(work.iterdir()))}"
+    summary = run_lptrain(
+        torchrun(nproc),
+        run_dir,
+        f"+recipe={recipe}",
+        f"comm={comm}",
+        "trainer.devices=cpu",
+        f"trainer.steps={steps}",
+        f"trainer.overlap={str(overlap).lower()}",
+        f"trainer.bucket_mb={bucket_mb}",
+    )
+    return summary["train_s"]
+
+
+def in_process(recipe: str, steps: int, devices: int, bucket_mb: float, work: Path) -> None:
+    """One process, ``devices`` CPU replicas: communication and its exposed part, without and with overlap."""
+    for overlap in (False, True):
+        s = run_lptrain(
+            [sys.executable],
+            work / f"inproc-{recipe}-{overlap}",
+            f"+recipe={recipe}",
+            f"trainer.devices=cpu*{devices}",
+            f"trainer.steps={steps}",
+            f"trainer.overlap={str(overlap).lower()}",
+            f"trainer.bucket_mb={bucket_mb}",
+        )
+        step = s["mean_comm_ms"] / s["comm_fraction"] if s["comm_fraction"] else float("nan")
+        print(
+            f"{recipe:<10} in-process cpu*{devices} overlap={str(overlap).lower():<5} comm {s['mean_comm_ms']:7.1f} ms,"
+            f" exposed {s['mean_comm_exposed_ms']:7.1f} ms ({100 * s['mean_comm_exposed_ms'] / step:4.1f}% of the"
+            f" step), step {step:7.1f} ms, train {s['train_s']:6.1f} s",
+            flush=True,
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipes", default="alexnet,googlenet")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--repeats", type=int, default=1, help="rounds of all variants (interleaved); the best of each")
+    p.add_argument("--in-process", type=int, default=4, metavar="P", help="also P CPU replicas in one process (0: no)")
+    args = p.parse_args()
+    variants = [("ddp", None, None)] + [("lptrain", c, o) for c in ("lp", "ring") for o in (False, True)]
+    print(f"# {args.nproc} processes x 1 CPU replica, {args.steps} steps, lptrain buckets {args.bucket_mb} MiB")
+    print(f"{'recipe':<10} {'run':<22} {'train s':>8} {'vs DDP':>7}")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for recipe in args.recipes.split(","):
+            best: dict[str, float] = {}
+            for _ in range(args.repeats):
+                for kind, comm, overlap in variants:
+                    name = "DDP (gloo)" if kind == "ddp" else f"lptrain {comm} overlap={str(overlap).lower()}"
+                    took = (
+                        ddp(recipe, args.steps, args.nproc)
+                        if kind == "ddp"
+                        else lptrain(recipe, args.steps, args.nproc, comm, overlap, args.bucket_mb, work)
+                    )
+                    best[name] = min(best.get(name, took), took)
+            for name, took in best.items():
+                print(f"{recipe:<10} {name:<22} {took:8.2f} {best['DDP (gloo)'] / took:6.2f}x", flush=True)
+        if args.in_process:
+            for recipe in args.recipes.split(","):
+                in_process(recipe, args.steps, args.in_process, args.bucket_mb, work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""PyTorch DDP (gloo or NCCL) on a recipe's network, data, batch and optimizer: the baseline
+that ``scripts/bench_ddp.py`` times lptrain against.
+
+    torchrun --standalone --nproc-per-node 2 scripts/ddp_recipe.py --recipe alexnet --steps 10
+
+One replica per process, the recipe's per-device batch, the same torchvision network and
+initialisation (same seed), the same batches (lptrain's sampler), SGD with the recipe's
+learning rate, schedule, momentum, weight decay and gradient clipping. Prints one JSON
+line on rank 0: the wall clock of the steps and the final loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+import torch.distributed as dist
+from hydra import compose, initialize_config_module
+from torch.nn.parallel import DistributedDataParallel
+
+from lptrain.data import StepBatchSampler, load_data, prepare, resolve_workers, train_batches
+from lptrain.models import SPECS, build_model, classification_loss
+from lptrain.train.schedule import learning_rate
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", required=True, help="alexnet, googlenet or vgg16")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (default: DDP's own, 25)")
+    args = p.parse_args()
+    with initialize_config_module(version_base=None, config_module="lptrain.configs"):
+        cfg = compose("config", overrides=[f"+recipe={args.recipe}", "trainer.devices=cpu"])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t, o = cfg.trainer, cfg.optim
+    data = load_data(cfg.data)
+    torch.manual_seed(int(t.seed))
+    model = build_model(cfg.model.name, data.num_classes, int(cfg.model.image_size), init=str(cfg.model.init))
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    per_device = int(t.batch_per_device)
+    sampler = StepBatchSampler(len(data.train), per_device * world, int(t.seed), 0, args.steps, rank, per_device)
+    spec = SPECS[cfg.model.name]
+    losses = []
+    with train_batches(data.train, sampler, resolve_workers(cfg.data.workers), False) as batches:
+        dist.barrier()
+        began = time.perf_counter()
+        for step, (images, labels) in zip(range(args.steps), batches):
+            for group in opt.param_groups:
+                group["lr"] = learning_rate(
+                    step,
+                    int(t.steps),
+                    float(o.lr),
+                    o.schedule,
+                    int(o.warmup_steps),
+                    int(o.step_size),
+                    float(o.gamma),
+                    float(o.min_lr),
+                )
+            x = prepare(images, spec.in_channels, int(cfg.model.image_size), data.mean, data.std)
+            opt.zero_grad()
+            loss, _ = classification_loss(ddp(x), labels)
+            loss.backward()  # DDP averages the gradient buckets across the ranks, overlapped with backward
+            if o.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(ddp.parameters(), float(o.clip_grad_norm))
+            opt.step()
+            losses.append(float(loss))
+        wall = time.perf_counter() - began
+    if rank == 0:
+        print(json.dumps({"recipe": args.recipe, "steps": args.steps, "train_s": wall, "final_loss": losses[-1]}))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
