@@ -23,70 +23,29 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from lptrain.bench_common import (
+    DTYPES,
+    OPS,
+    Row,
+    bus_factor,
+    collective_call,
+    message_sizes,
+    pattern,
+    print_header,
+    print_row,
+)
 from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, build_communicator
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator
 from lptrain.comm.devices import DEVICE_TYPES, SpecSyntax, device_list
-from lptrain.comm.sizes import format_size, parse_size
+from lptrain.comm.sizes import parse_size
 from lptrain.train.launch import finish, launched_by_torchrun
-
-OPS = ("allreduce", "broadcast", "reduce")
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-}
-
 
 BENCH_SYNTAX = SpecSyntax(option="--devices", count_hint="--devices 4 --device-type cpu, or --devices cpu*4")
 
 
-def bus_factor(op: str, world_size: int) -> float:
-    """nccl-tests' busbw factor: how much of the message each rank's busiest link carries."""
-    return 2 * (world_size - 1) / world_size if op == "allreduce" else 1.0
-
-
-@dataclass
-class Row:
-    op: str
-    size: int
-    count: int
-    dtype: str
-    algo: str
-    devices: int
-    time_us: float
-    algbw: float
-    busbw: float
-    moved: float | None
-    vs_memcpy: float | None
-    wrong: int | None
-
-
-def message_sizes(begin: int, end: int, factor: int) -> list[int]:
-    if begin < 1:
-        raise ValueError(f"-b (min bytes) must be at least 1, got {begin}")
-    if end < begin:
-        raise ValueError(f"the size range is empty: -b {begin} is above -e {end}")
-    if factor < 2:
-        raise ValueError(f"-f (step factor) must be at least 2, got {factor}")
-    sizes, s = [], begin
-    while s <= end:
-        sizes.append(s)
-        s *= factor
-    return sizes
-
-
-def _pattern(rank: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Small integers, exact in every dtype, different on every rank."""
-    i = torch.arange(count, device=device)
-    return (((rank + 1) * (i % 13 + 1)) % 7 - 3).to(dtype)
-
-
 def count_wrong(comm: Communicator, op: str, count: int, dtype: torch.dtype, root: int) -> int:
     """Run ``op`` once on known inputs and count the elements that differ from the reference."""
-    inputs = [_pattern(r, count, dtype, d) for r, d in enumerate(comm.devices)]
+    inputs = [pattern(r, count, dtype, d) for r, d in enumerate(comm.devices)]
     tensors = [t.clone() for t in inputs]
     if op == "allreduce":
         comm.allreduce(tensors)
@@ -186,7 +145,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     out = None if args.quiet else sys.stdout
     first = torch.device(devices[0])
     for op in ops:
-        _header(out, op, p, devices[0], args.dtype)
+        print_header(out, op, p, devices[0], args.dtype)
         for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
             count = size // itemsize
             nbytes = count * itemsize
@@ -211,18 +170,8 @@ def run(args: argparse.Namespace) -> list[Row]:
                 moved = c.moved_bytes / sec / 1e9 if c.moved_bytes is not None else None
                 vs = moved / mem_bw if moved is not None and mem_bw > 0 else None
                 row = Row(op, nbytes, count, args.dtype, c.algo, p, sec * 1e6, algbw, busbw, moved, vs, c.wrong)
-                rows.append(_emit(out, row))
+                rows.append(print_row(out, row))
     return rows
-
-
-def collective_call(comm, op: str, tensors, root: int):
-    """A no-argument call of ``op`` for the timer: any communicator (in-process, distributed,
-    MPI) with ``allreduce``, ``reduce`` and ``broadcast``, on its tensors or its one tensor."""
-    if op == "allreduce":
-        return lambda: comm.allreduce(tensors)
-    if op == "reduce":
-        return lambda: comm.reduce(tensors, root=root)
-    return lambda: comm.broadcast(tensors, root=root)
 
 
 def _parse_algos(text: str) -> list[str]:
@@ -235,39 +184,6 @@ def _parse_algos(text: str) -> list[str]:
             "(lp-rb is lp with the reduce-then-broadcast allreduce)"
         )
     return algos
-
-
-def _header(out, op: str, p: int, device: str, dtype: str, reference: str = "memcpy = one copy_ of the same bytes"):
-    if out is None:
-        return
-    print(
-        f"# lptrain-bench {op}: {p} x {device}, {dtype}, op sum; {reference}; times are medians of round-robin trials",
-        file=out,
-    )
-    print(
-        f"#{'size':>9} {'count':>11} {'type':>8} {'algo':>7} {'time(us)':>11} {'algbw':>7} {'busbw':>7}"
-        f" {'moved':>7} {'vs_memcpy':>9} {'#wrong':>6}",
-        file=out,
-    )
-    print(
-        f"#{'(B)':>9} {'(elements)':>11} {'':>8} {'':>7} {'':>11} {'(GB/s)':>7} {'(GB/s)':>7} {'(GB/s)':>7}",
-        file=out,
-        flush=True,
-    )
-
-
-def _emit(out, row: Row) -> Row:
-    if out is not None:
-        moved = f"{row.moved:7.2f}" if row.moved is not None else f"{'-':>7}"
-        vs = f"{row.vs_memcpy:9.2f}" if row.vs_memcpy is not None else f"{'-':>9}"
-        wrong = f"{row.wrong:6d}" if row.wrong is not None else f"{'-':>6}"
-        print(
-            f" {format_size(row.size):>9} {row.count:>11} {row.dtype:>8} {row.algo:>7} {row.time_us:11.1f}"
-            f" {row.algbw:7.2f} {row.busbw:7.2f} {moved} {vs} {wrong}",
-            file=out,
-            flush=True,
-        )
-    return row
 
 
 def build_parser() -> argparse.ArgumentParser:

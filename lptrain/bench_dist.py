@@ -20,7 +20,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from lptrain.bench import DTYPES, Row, _emit, _header, _pattern, bus_factor, collective_call, message_sizes
+from lptrain import bench_common as common
 from lptrain.comm import build_communicator
 
 SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring")
@@ -78,15 +78,15 @@ def _build(algo: str, args: argparse.Namespace):
 
 def _wrong(comm, op: str, count: int, dtype: torch.dtype, root: int, device: torch.device) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine = _pattern(rank, count, dtype, device)
+    mine = common.pattern(rank, count, dtype, device)
     original = mine.clone()
-    collective_call(comm, op, mine, root)()
+    common.collective_call(comm, op, mine, root)()
     if op == "broadcast":
-        expected = _pattern(root, count, dtype, device)
+        expected = common.pattern(root, count, dtype, device)
     elif op == "allreduce" or rank == root:
         expected = torch.zeros_like(mine)  # small integers: their sum is exact in every dtype
         for r in range(world):
-            expected += _pattern(r, count, dtype, device)
+            expected += common.pattern(r, count, dtype, device)
     else:
         expected = original
     wrong = torch.tensor([float((mine != expected).sum())], device=device)
@@ -112,7 +112,7 @@ def _time(fn, calls: int, device: torch.device) -> float:
     return _slowest((time.perf_counter() - t0) / calls, device)
 
 
-def run_distributed(args: argparse.Namespace) -> list[Row]:
+def run_distributed(args: argparse.Namespace) -> list[common.Row]:
     if launched_by_mpirun():
         _join_from_mpirun()
     if not dist.is_initialized():
@@ -120,7 +120,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.get_backend()
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if backend == "nccl" else torch.device("cpu")
-    dtype = DTYPES[args.dtype]
+    dtype = common.DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     wanted = [a.strip() for a in args.algo.split(",") if a.strip()]
     algos = [a for a in wanted if a in SCHEDULES] + (["native"] if any(a in ("nccl", "native") for a in wanted) else [])
@@ -133,17 +133,17 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
     label = {a: (backend if a == "native" else a) for a in algos}
     ops = ["allreduce", "broadcast", "reduce"] if args.op == "all" else [args.op]
     out = __import__("sys").stdout if rank == 0 and not args.quiet else None
-    rows: list[Row] = []
+    rows: list[common.Row] = []
     for op in ops:
-        _header(out, op, world, f"{backend} process", args.dtype, f"{backend} = the backend's own {op}")
-        for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
+        common.print_header(out, op, world, f"{backend} process", args.dtype, f"{backend} = the backend's own {op}")
+        for size in common.message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
             count = size // itemsize
             nbytes = count * itemsize
             tensor = torch.zeros(count, dtype=dtype, device=device)
             candidates = []
             for algo, comm in comms.items():
                 wrong = _wrong(comm, op, count, dtype, args.root, device) if args.check else None
-                fn = collective_call(comm, op, tensor, args.root)
+                fn = common.collective_call(comm, op, tensor, args.root)
                 one = max(_time(fn, 1, device) for _ in range(max(args.warmup, 1)))
                 calls = args.iters or int(min(max(args.target_time / args.trials / max(one, 1e-9), 1), 1000))
                 candidates.append([algo, comm, fn, calls, wrong, []])
@@ -156,7 +156,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                 moved = None
                 if algo in SCHEDULES:
                     moved = comm.schedule(op, count, args.root, dtype).elements_moved() * itemsize / sec / 1e9
-                row = Row(
+                row = common.Row(
                     op,
                     nbytes,
                     count,
@@ -165,10 +165,10 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                     world,
                     sec * 1e6,
                     algbw,
-                    algbw * bus_factor(op, world),
+                    algbw * common.bus_factor(op, world),
                     moved,
                     None,
                     wrong,
                 )
-                rows.append(_emit(out, row))
+                rows.append(common.print_row(out, row))
     return rows

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from lptrain import bench
+from lptrain import bench, bench_common
 
 
 def test_bench_rows_are_correct_for_every_algorithm_and_op(tmp_path, capsys):
@@ -54,7 +54,7 @@ def test_wrong_count_detects_a_broken_communicator():
 
     comm = build_communicator("ring", ["cpu"] * 3)
     comm.allreduce = lambda tensors: tensors[1].add_(1)  # sabotage: no sum, and rank 1 off by one
-    xs = [bench._pattern(r, 100, torch.float32, torch.device("cpu")) for r in range(3)]
+    xs = [bench_common.pattern(r, 100, torch.float32, torch.device("cpu")) for r in range(3)]
     total = xs[0] + xs[1] + xs[2]
     expected = int((xs[0] != total).sum() + (xs[1] + 1 != total).sum() + (xs[2] != total).sum())
     assert expected > 200

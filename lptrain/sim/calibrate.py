@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lptrain.bench import collective_call
+from lptrain.bench_common import collective_call
 from lptrain.comm import build_communicator
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.simulator import simulate

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from lptrain.bench import bus_factor, message_sizes
+from lptrain.bench_common import bus_factor, message_sizes
 from lptrain.comm.sizes import format_size, parse_size
 from lptrain.sim.calibrate import compare, fit, measure
 from lptrain.sim.predict import ALGOS, predict

@@ -1,0 +1,69 @@
+"""lptrain's modules import one another without a circle (function-level imports count too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "lptrain"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the lptrain modules it imports anywhere in its text (a name imported from a
+    package counts as its submodule when one of that name exists)."""
+    modules = {module_name(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
+            else:
+                continue
+            edges |= {t for t in targets if t in modules and t != name}
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_benchmarks_share_one_home_and_do_not_import_each_other():
+    graph = import_graph()
+    assert "lptrain.bench" not in graph["lptrain.bench_dist"]
+    assert "lptrain.bench_common" in graph["lptrain.bench_dist"] and "lptrain.bench_common" in graph["lptrain.bench"]
+
+
+def test_the_import_graph_has_no_circle():
+    graph = import_graph()
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]  # the finder finds one
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
