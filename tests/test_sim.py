@@ -9,7 +9,7 @@ from lptrain.comm.schedule import Kind, Schedule, Transfer
 from lptrain.sim import build_topology, simulate
 from lptrain.sim import costmodel as cm
 from lptrain.sim.calibrate import HostFit, Measurement, compare, fit, measure
-from lptrain.sim.topology import private
+from lptrain.sim.topology import oneport, private
 
 ELEMENTS = 1 << 22  # 16 MiB of float32: divisible by every P and block below
 BLOCK = 1 << 18  # 1 MiB blocks: k = 16
@@ -31,21 +31,35 @@ def _schedule(algo: str, op: str, p: int):
     return module.allreduce(p, ELEMENTS) if op == "allreduce" else getattr(module, op)(p, ELEMENTS, 0)
 
 
-def _closed_form(algo: str, op: str, p: int, alpha: float, beta: float, gamma: float) -> float:
+def _closed_form(algo: str, op: str, p: int, alpha: float, beta: float, gamma: float, ports: str = "multi") -> float:
     n = ELEMENTS * 4
     if algo.startswith("lp"):
-        return cm.lp(op, p, n, BLOCK * 4, alpha, beta, gamma, "reduce_broadcast" if algo == "lp-rb" else "overlapped")
-    return getattr(cm, algo)(op, p, n, alpha, beta, gamma)
+        mode = "reduce_broadcast" if algo == "lp-rb" else "overlapped"
+        return cm.lp(op, p, n, BLOCK * 4, alpha, beta, gamma, mode, ports=ports)
+    return getattr(cm, algo)(op, p, n, alpha, beta, gamma, ports=ports)
 
 
 @pytest.mark.parametrize("p", [2, 4, 8, 16, 32])
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("algo", ["lp", "lp-rb", "mst", "be", "ring"])
-def test_simulator_matches_the_closed_form_on_private_links(algo, op, p):
-    topo = private(p)
+@pytest.mark.parametrize("machine, ports", [(private, "multi"), (oneport, "one")], ids=["private", "oneport"])
+def test_simulator_matches_the_closed_form(machine, ports, algo, op, p):
+    topo = machine(p)
     alpha, beta, gamma = _constants(topo)
     predicted = simulate(_schedule(algo, op, p), topo).seconds
-    assert predicted == pytest.approx(_closed_form(algo, op, p, alpha, beta, gamma), rel=0.01)
+    assert predicted == pytest.approx(_closed_form(algo, op, p, alpha, beta, gamma, ports), rel=0.01)
+
+
+def test_one_port_costs_lp_allreduce_twice_its_broadcast_where_private_links_do_not():
+    """Single-port: LP's broadcast and reduce stay ~n beta, its overlapped allreduce ~2 n beta."""
+    p = 8
+
+    def time(op, topo):
+        return simulate(_schedule("lp", op, p), topo).seconds
+
+    assert time("allreduce", oneport(p)) / time("broadcast", oneport(p)) == pytest.approx(2.0, rel=0.1)
+    assert time("allreduce", private(p)) / time("broadcast", private(p)) < 1.4
+    assert time("reduce", oneport(p)) == pytest.approx(time("reduce", private(p)))
 
 
 def _hand_made(p: int, pairs: list[tuple[int, int]], nbytes: int = 1 << 26) -> Schedule:
@@ -79,7 +93,7 @@ def test_simulates_1024_devices():
 
 
 def test_bad_topology_arguments():
-    with pytest.raises(ValueError, match="valid topologies: private, pcie, nvlink, nodes, host"):
+    with pytest.raises(ValueError, match="valid topologies: private, oneport, pcie, nvlink, nodes, host"):
         build_topology("torus", 4)
     with pytest.raises(ValueError, match="P=4 but topology pcie has 8"):
         simulate(ring.allreduce(4, 100), build_topology("pcie", 8))

@@ -6,8 +6,10 @@ link object in all of those routes, which is how the simulator sees contention.
 
 Shipped machines (``TOPOLOGIES``):
 
-* ``private``: a dedicated full-duplex link between every pair, the assumption behind
-  the closed-form cost model (no contention anywhere).
+* ``private``: a dedicated full-duplex link between every pair (no contention anywhere):
+  a multi-port machine, on which a device may send to all its peers at once.
+* ``oneport``: one send and one receive port per device and nothing shared beyond: the
+  single-port model (several messages leaving one device in a step share its port).
 * ``pcie``: the paper's kind of machine: GPUs under PCIe switches (``per_switch`` each),
   the switches under one root complex. Each GPU has a single port: everything it sends
   or receives crosses its own uplink, and traffic between switches shares theirs.
@@ -103,6 +105,24 @@ def private(
     return Topology(name, p, overhead, gamma, lambda a, b: (link(f"{a}->{b}"),))
 
 
+def oneport(
+    p: int,
+    bandwidth: float = PCIE_BW,
+    latency: float = PCIE_HOP_LATENCY,
+    overhead: float = GPU_OVERHEAD,
+    gamma: float = GPU_GAMMA,
+) -> Topology:
+    """One send port and one receive port per device, nothing shared beyond them.
+
+    The single-port alpha-beta model: a device may send one message and receive one at
+    the same time at full bandwidth; several messages leaving (or entering) one device in
+    a step share its port. ``private`` is multi-port instead (a link per pair: a device
+    may send to all its peers at once at full bandwidth each).
+    """
+    link = _Links(bandwidth, latency)
+    return Topology("oneport", p, overhead, gamma, lambda a, b: (link(f"{a}.out"), link(f"{b}.in", latency=0.0)))
+
+
 def nvlink(
     p: int,
     bandwidth: float = NVLINK_BW,
@@ -180,7 +200,7 @@ def host(
     return Topology("host", p, overhead, gamma, lambda a, b: (memory,), serial=True, call_overhead=call_overhead)
 
 
-TOPOLOGIES = {"private": private, "pcie": pcie, "nvlink": nvlink, "nodes": nodes, "host": host}
+TOPOLOGIES = {"private": private, "oneport": oneport, "pcie": pcie, "nvlink": nvlink, "nodes": nodes, "host": host}
 
 
 def build_topology(name: str, world_size: int, **params) -> Topology:
