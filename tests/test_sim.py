@@ -86,6 +86,18 @@ def test_one_port_per_gpu_doubles_lp_overlapped_allreduce():
     assert 1.8 < on_pcie / on_private < 2.1
 
 
+def test_two_sockets_share_one_slower_link_between_them():
+    topo = build_topology("pcie2s", 8, per_switch=2)
+    same_socket = simulate(_hand_made(8, [(0, 2)]), topo).seconds  # two switches of socket 0
+    across = simulate(_hand_made(8, [(0, 4)]), topo).seconds
+    two_across = simulate(_hand_made(8, [(0, 4), (2, 6)]), topo).seconds  # both on the s0 -> s1 link
+    assert across > same_socket  # 8 GB/s between the sockets against 12 GB/s PCIe
+    assert two_across == pytest.approx(2 * across, rel=0.05)
+    # A ring that crosses the sockets twice pays the inter-socket link where the PCIe tree does not.
+    ring_time = simulate(ring.allreduce(8, 1 << 24), topo).seconds
+    assert ring_time > simulate(ring.allreduce(8, 1 << 24), build_topology("pcie", 8)).seconds
+
+
 def test_simulates_1024_devices():
     s = lp.allreduce(1024, 1 << 24, block=1 << 20)
     t = simulate(s, build_topology("nodes", 1024)).seconds
@@ -93,7 +105,7 @@ def test_simulates_1024_devices():
 
 
 def test_bad_topology_arguments():
-    with pytest.raises(ValueError, match="valid topologies: private, oneport, pcie, nvlink, nodes, host"):
+    with pytest.raises(ValueError, match="valid topologies: private, oneport, pcie, pcie2s, nvlink, nodes, host"):
         build_topology("torus", 4)
     with pytest.raises(ValueError, match="P=4 but topology pcie has 8"):
         simulate(ring.allreduce(4, 100), build_topology("pcie", 8))

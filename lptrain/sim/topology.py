@@ -13,6 +13,9 @@ Shipped machines (``TOPOLOGIES``):
 * ``pcie``: the paper's kind of machine: GPUs under PCIe switches (``per_switch`` each),
   the switches under one root complex. Each GPU has a single port: everything it sends
   or receives crosses its own uplink, and traffic between switches shares theirs.
+* ``pcie2s``: two sockets, each with its own PCIe switch tree, joined by one slower
+  inter-socket link (QPI-era peer traffic through the host bridge): the 8-GPU machines of
+  the paper's time, whose exact layout the paper does not give.
 * ``nvlink``: an NVLink-style full mesh: every pair of GPUs has its own link.
 * ``nodes``: several nodes of GPUs under PCIe switches, joined through one network port
   per node to a network switch.
@@ -158,6 +161,39 @@ def pcie(
     return Topology("pcie", p, overhead, gamma, lambda a, b: _pcie_route(link, a, b, per_switch))
 
 
+INTER_SOCKET_BW, INTER_SOCKET_LATENCY = 8 * GB, 1.5e-6  # QPI-era host bridge for peer traffic (a typical value)
+
+
+def pcie2s(
+    p: int,
+    per_switch: int = 2,
+    bandwidth: float = PCIE_BW,
+    socket_bandwidth: float = INTER_SOCKET_BW,
+    socket_latency: float = INTER_SOCKET_LATENCY,
+    overhead: float = GPU_OVERHEAD,
+    gamma: float = GPU_GAMMA,
+) -> Topology:
+    """Two sockets, each a PCIe tree of switches (the first half of the ranks under socket 0),
+    joined by one slower inter-socket link per direction: the 8-GPU machines of 2016."""
+    link = _Links(bandwidth, PCIE_HOP_LATENCY)
+    half = max(1, (p + 1) // 2)
+
+    def route(a: int, b: int) -> tuple[Link, ...]:
+        sa, sb = a // half, b // half
+        if sa == sb:
+            return _pcie_route(link, a % half, b % half, per_switch, f"s{sa}.")
+        ia, ib = a % half, b % half
+        return (
+            link(f"s{sa}.gpu{ia}->sw{ia // per_switch}"),
+            link(f"s{sa}.sw{ia // per_switch}->root"),
+            link(f"s{sa}->s{sb}", socket_bandwidth, socket_latency),
+            link(f"s{sb}.root->sw{ib // per_switch}"),
+            link(f"s{sb}.sw{ib // per_switch}->gpu{ib}"),
+        )
+
+    return Topology("pcie2s", p, overhead, gamma, route)
+
+
 def nodes(
     p: int,
     per_node: int = 8,
@@ -200,7 +236,15 @@ def host(
     return Topology("host", p, overhead, gamma, lambda a, b: (memory,), serial=True, call_overhead=call_overhead)
 
 
-TOPOLOGIES = {"private": private, "oneport": oneport, "pcie": pcie, "nvlink": nvlink, "nodes": nodes, "host": host}
+TOPOLOGIES = {
+    "private": private,
+    "oneport": oneport,
+    "pcie": pcie,
+    "pcie2s": pcie2s,
+    "nvlink": nvlink,
+    "nodes": nodes,
+    "host": host,
+}
 
 
 def build_topology(name: str, world_size: int, **params) -> Topology:
