@@ -138,7 +138,8 @@ def test_a_precision_the_cpu_cannot_run_is_refused(tmp_path, monkeypatch):
         Trainer(config(*QUIET, "trainer.precision=fp16"), tmp_path)
 
 
-def test_overlap_under_torchrun_gives_the_same_parameters(tmp_path):
+@pytest.mark.parametrize("comm", ["lp", "mst", "be", "ring"])
+def test_overlap_under_torchrun_gives_the_same_parameters(tmp_path, comm):
     def run(overlap: bool) -> torch.Tensor:
         run_dir = tmp_path / f"overlap-{overlap}"
         result = subprocess.run(
@@ -150,7 +151,7 @@ def test_overlap_under_torchrun_gives_the_same_parameters(tmp_path):
                 "--nproc-per-node=2",
                 "-m",
                 "lptrain",
-                "comm=lp",
+                f"comm={comm}",
                 "trainer.devices=cpu*2",
                 "trainer.steps=3",
                 "trainer.batch_per_device=8",
