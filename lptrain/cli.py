@@ -126,12 +126,11 @@ def main(argv: list[str] | None = None) -> None:
 
         print(render_help())
         return
-    from lptrain.settings.errors import ConfigError
     from lptrain.settings.preflight import preflight
 
     try:
         preflight(args)
-    except (ConfigError, *_user_errors()) as err:
+    except _user_errors() as err:  # ConfigError among them
         _fail(str(err))
     import hydra
 

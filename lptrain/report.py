@@ -6,7 +6,8 @@ lptrain-report multirun/2026-12-02/14-00-00        # table on stdout, report.png
 Each run is read from what it wrote: ``steps.jsonl`` (every step's times; the means and
 spreads are over the timed steps, as in the run's own summary), ``metrics.jsonl`` (eval
 accuracy, bytes per step), ``config.yaml`` and ``overrides.yaml`` (a run's label is every
-override that differs between the runs: the swept ones). Imports neither torch nor Hydra.
+override that differs between the runs: the swept ones). Imports no Hydra, and torch
+only to read LP block sizes when they were swept.
 """
 
 from __future__ import annotations
@@ -152,25 +153,18 @@ def replicas_of(spec, device_type=None) -> int | None:
     return len(text.split(","))
 
 
-def bytes_of(value) -> float | None:
-    """``65536``, ``64K``, ``4M`` (powers of 1024) as bytes; None for ``auto``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-    number = text[:-1] if text[-1:] in "KMG" else text
-    try:
-        return float(number) * scale
-    except ValueError:
-        return None
-
-
 def _axis_value(r: RunRecord, key: str) -> float | None:
     if key == "trainer.devices":
         return replicas_of(r.get("trainer.devices"))
     value = r.get(key)
     if key == "comm.options.block_size":
-        return bytes_of(value)
+        from lptrain.comm.errors import CollectiveInputError
+        from lptrain.comm.sizes import parse_size  # only when block sizes were swept (it imports torch)
+
+        try:
+            return float(parse_size(value, "block_size"))
+        except CollectiveInputError:
+            return None  # auto
     return float(value) if isinstance(value, (int, float)) else None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lptrain.settings.schema import GROUPS, SCHEMAS, field_help
+from lptrain.settings.schema import GROUPS, SCHEMAS, field_help, flatten
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 USAGE = """\
@@ -38,16 +38,6 @@ def _defaults(group: str, choice: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        elif k != "defaults":
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _show(value: Any) -> str:
     if value is None:
         return "null"
@@ -72,7 +62,7 @@ def render_help() -> str:
         for schema_name, cls in schemas.items():
             for name, value, text in field_help(cls):
                 seen.setdefault(name, (value, text, []))[2].append(schema_name.removeprefix("schema_"))
-        values = _flat(_defaults(group, default))
+        values = flatten(_defaults(group, default))  # its defaults list is not an option
         for name, (value, text, owners) in seen.items():
             shown = _show(values.get(name, value))
             shown = "(required)" if "MISSING" in shown else shown

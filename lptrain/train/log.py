@@ -102,15 +102,10 @@ def run_hparams(cfg) -> dict[str, Any]:
     """Every option of the run, flattened (``comm.options.block_size``, ``trainer.bucket_mb``, ...)."""
     from omegaconf import OmegaConf
 
-    def flat(node: Any, prefix: str) -> dict[str, Any]:
-        if isinstance(node, dict):
-            out: dict[str, Any] = {}
-            for k, v in node.items():
-                out.update(flat(v, f"{prefix}{k}."))
-            return out
-        return {prefix[:-1]: "null" if node is None else node}
+    from lptrain.settings.schema import flatten
 
-    return flat(OmegaConf.to_container(cfg, resolve=True), "")
+    options = flatten(OmegaConf.to_container(cfg, resolve=True))
+    return {key: "null" if value is None else value for key, value in options.items()}
 
 
 def _eta(seconds: float) -> str:

@@ -18,6 +18,7 @@ when backward has finished everywhere, the remaining buckets go as they are.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,9 +52,8 @@ class OverlappedReduction:
     replica has produced all of the bucket's gradients.
 
     Use per step: ``begin()`` before backward, ``backward_done()`` after the last
-    replica's backward, ``wait()`` for the totals: the communication time (sum over the
-    buckets) and the exposed part (from the end of backward to the end of the last
-    collective).
+    replica's backward, ``wait()`` for the communication time (the sum over the buckets;
+    the exposed part is what the caller's clock sees ``wait()`` take).
     """
 
     def __init__(
@@ -105,33 +105,30 @@ class OverlappedReduction:
         self._pending = list(self._per_bucket)
         self._events = [None] * len(self.buckets)
         self._finished = False
-        self._backward_end = None
         self._future = self._thread.submit(self._run)
 
     def backward_done(self) -> None:
         """Every replica's backward has returned: buckets still waiting go as they are."""
         with self._cond:
             self._finished = True
-            self._backward_end = time.perf_counter()
             self._cond.notify_all()
 
-    def wait(self) -> tuple[float, float]:
-        """(communication ms, exposed ms) of this step, once every bucket is done."""
+    def wait(self) -> float:
+        """The communication ms of this step (all buckets), once every bucket is done."""
         assert self._future is not None, "begin() was not called"
-        comm_ms, end = self._future.result()
+        comm_ms = self._future.result()
         for stream in self._streams:  # the update runs after the collectives on the device too
             torch.cuda.current_stream(stream.device).wait_stream(stream)
-        exposed = max(0.0, end - (self._backward_end or end)) * 1e3
-        return comm_ms, exposed
+        return comm_ms
 
-    def _run(self) -> tuple[float, float]:
+    def _run(self) -> float:
         comm_s = 0.0
         for k in range(len(self.buckets)):
             with self._cond:
                 self._cond.wait_for(lambda k=k: self._pending[k] == 0 or self._finished)
                 events = self._events[k]
             comm_s += self._collective(k, events)
-        return comm_s * 1e3, time.perf_counter()
+        return comm_s * 1e3
 
     def _collective(self, k: int, events) -> float:
         if not self._cuda:
@@ -147,7 +144,9 @@ class OverlappedReduction:
         ends = [torch.cuda.Event(enable_timing=True) for _ in self._streams]
         for s, e in zip(self._streams, starts):
             e.record(s)
-        with contextlib_streams(self._streams):
+        with contextlib.ExitStack() as current:  # each stream current on its device: the collective's work goes there
+            for stream in self._streams:
+                current.enter_context(torch.cuda.stream(stream))
             self.reduce_bucket(k)
         for s, e in zip(self._streams, ends):
             e.record(s)
@@ -159,18 +158,3 @@ class OverlappedReduction:
         for h in self._handles:
             h.remove()
         self._thread.shutdown(wait=True)
-
-
-class contextlib_streams:  # noqa: N801 - used as a context manager, like torch.cuda.stream
-    """Make each stream current on its device for the duration (the collective's work goes there)."""
-
-    def __init__(self, streams: Sequence[torch.cuda.Stream]) -> None:
-        self._contexts = [torch.cuda.stream(s) for s in streams]
-
-    def __enter__(self) -> None:
-        for c in self._contexts:
-            c.__enter__()
-
-    def __exit__(self, *exc) -> None:
-        for c in reversed(self._contexts):
-            c.__exit__(*exc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 # Logged as the interval's last value rather than its mean.
@@ -66,14 +66,6 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def keep_through(path: Path, step: int) -> None:
     """Drop lines logged after ``step`` (a resume continues from the checkpoint's step)."""
-    if not path.exists():
-        return
-    lines: Iterable[str] = path.read_text().splitlines()
-    kept = []
-    for line in lines:
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line)
-        except (json.JSONDecodeError, KeyError):
-            continue
-    path.write_text("".join(line + "\n" for line in kept))
+    if path.exists():
+        kept = [row for row in read_jsonl(path) if row.get("step", step + 1) <= step]
+        path.write_text("".join(json.dumps(row) + "\n" for row in kept))

@@ -40,7 +40,7 @@ from lptrain.data import (
     resolve_workers,
     train_batches,
 )
-from lptrain.models import SPECS, build_model, check_image_size, classification_loss
+from lptrain.models import SPECS, build_model, classification_loss
 from lptrain.settings.checks import SYNC_MODES, check_config
 from lptrain.settings.errors import ConfigError
 from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -128,14 +128,8 @@ class Trainer:
         self.global_batch = self.per_device * p
         self.local_batch = self.per_device * len(self.devices)
         self.comm = self._communicator(cfg, timeout_s, bool(t.get("check_desync", True)))
-        spec = SPECS.get(cfg.model.name)
-        if spec is None:
-            raise ConfigError(f"unknown model {cfg.model.name!r}")
-        self.spec, self.image_size = spec, int(cfg.model.image_size)
-        try:  # before the data: an image folder may take a while to scan
-            check_image_size(cfg.model.name, self.image_size)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+        # check_config has vetted the model's name and image size (before any data is read)
+        self.spec, self.image_size = SPECS[cfg.model.name], int(cfg.model.image_size)
         self.workers = resolve_workers(cfg.data.get("workers"))
         self.pin_memory = any(d.type == "cuda" for d in self.devices)  # for non-blocking copies to the GPUs
         self.data = load_data(cfg.data)
@@ -205,14 +199,8 @@ class Trainer:
 
     @staticmethod
     def _per_device_batch(t: DictConfig, p: int) -> int:
-        if t.get("global_batch"):
-            g = int(t.global_batch)
-            if g % p:
-                raise ConfigError(
-                    f"trainer.global_batch={g} does not split across {p} devices; "
-                    f"use a multiple of {p} (e.g. {p * max(1, round(g / p))}) or set trainer.batch_per_device"
-                )
-            return g // p
+        if t.get("global_batch"):  # check_config has made sure it splits across the p replicas
+            return int(t.global_batch) // p
         return int(t.batch_per_device)
 
     def _buckets(self, bucket_mb) -> list[tuple[int, int]]:
@@ -263,7 +251,7 @@ class Trainer:
         timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
         if self.overlap is not None:
             self.overlap.backward_done()
-            grads_ms, _ = self.overlap.wait()
+            grads_ms = self.overlap.wait()
         else:
             for k in range(len(self.buckets)):
                 self._reduce_bucket(k)
