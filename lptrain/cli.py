@@ -134,7 +134,10 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(err))
     import hydra
 
-    app = hydra.main(version_base=None, config_path="configs", config_name="config")(_task)
+    from lptrain.settings.locations import configs_dir, register_all
+
+    register_all()
+    app = hydra.main(version_base=None, config_path=str(configs_dir()), config_name="config")(_task)
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
     try:

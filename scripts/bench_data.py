@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_module
 
 from lptrain.data import StepBatchSampler, load_data, train_batches
+from lptrain.settings.locations import compose_config
 from lptrain.train.trainer import Trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,8 +40,7 @@ from make_imagefolder import make_imagefolder  # noqa: E402
 
 
 def config(overrides: list[str]):
-    with initialize_config_module(version_base=None, config_module="lptrain.configs"):
-        return compose("config", overrides=overrides)
+    return compose_config(overrides)
 
 
 def loader_rate(data, workers: int, batch: int, steps: int, warmup: int) -> tuple[float, float]:

@@ -41,9 +41,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from hydra import compose, initialize_config_module  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from lptrain.settings.locations import compose_config  # noqa: E402
 from lptrain.train.trainer import Trainer  # noqa: E402
 
 NETWORKS = ("alexnet", "googlenet", "vgg16")
@@ -97,11 +97,6 @@ class RunResult:
     devices: str
     extra: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # the resolved configuration the run trained with
-
-
-def compose_config(overrides: list[str]):
-    with initialize_config_module(version_base=None, config_module="lptrain.configs"):
-        return compose("config", overrides=overrides)
 
 
 def count_devices(overrides: list[str], network: str) -> int:

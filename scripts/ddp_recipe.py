@@ -17,11 +17,11 @@ import time
 
 import torch
 import torch.distributed as dist
-from hydra import compose, initialize_config_module
 from torch.nn.parallel import DistributedDataParallel
 
 from lptrain.data import StepBatchSampler, load_data, prepare, resolve_workers, train_batches
 from lptrain.models import SPECS, build_model, classification_loss
+from lptrain.settings.locations import compose_config
 from lptrain.train.schedule import learning_rate
 
 
@@ -31,8 +31,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (default: DDP's own, 25)")
     args = p.parse_args()
-    with initialize_config_module(version_base=None, config_module="lptrain.configs"):
-        cfg = compose("config", overrides=[f"+recipe={args.recipe}", "trainer.devices=cpu"])
+    cfg = compose_config([f"+recipe={args.recipe}", "trainer.devices=cpu"])
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     t, o = cfg.trainer, cfg.optim

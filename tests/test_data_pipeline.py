@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from PIL import Image
 
 from lptrain.data import DataError, StepBatchSampler, batch_indices, load_data, resolve_workers, train_batches
 from lptrain.data.loader import default_workers, eval_batches
 from lptrain.data.sampling import sample_seed
 from lptrain.data.transforms import PaddedRandomCrop, RandomResizedCrop, ResizeCentreCrop
+from lptrain.settings.locations import compose_config
 from lptrain.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +29,7 @@ QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.eval_ev
 
 
 def config(*overrides: str):
-    with initialize_config_module(version_base=None, config_module="lptrain.configs"):
-        return compose("config", overrides=list(overrides))
+    return compose_config(list(overrides))
 
 
 def cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:

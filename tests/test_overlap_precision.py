@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from torch import nn
 
 from lptrain.settings.errors import ConfigError
+from lptrain.settings.locations import compose_config
 from lptrain.train.overlap import OverlappedReduction, gradient_buckets
 from lptrain.train.trainer import Trainer
 
@@ -21,8 +21,7 @@ QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.checkpo
 
 
 def config(*overrides: str):
-    with initialize_config_module(version_base=None, config_module="lptrain.configs"):
-        return compose("config", overrides=list(overrides))
+    return compose_config(list(overrides))
 
 
 def train(run_dir: Path, *overrides: str) -> tuple[Trainer, list[dict]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 
 from lptrain.comm import BackendUnavailableError
 from lptrain.data import DataError
+from lptrain.settings.locations import compose_config
 from lptrain.train.checkpoint import CheckpointError
 from lptrain.train.trainer import ConfigError, Trainer
 
@@ -23,8 +22,7 @@ QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.checkpo
 
 
 def config(*overrides: str):
-    with initialize_config_module(version_base=None, config_module="lptrain.configs"):
-        return compose("config", overrides=list(overrides))
+    return compose_config(list(overrides))
 
 
 def train(tmp_path: Path, *overrides: str) -> tuple[Trainer, list[dict]]:
@@ -331,45 +329,3 @@ def test_the_summary_progress_eval_and_interval_means_are_printed_and_logged(tmp
     assert [m["step"] for m in logged] == [3, 6] and [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
     assert logged[0]["loss"] == pytest.approx(sum(s["loss"] for s in steps[:3]) / 3)
     assert logged[1]["comm_ms"] == pytest.approx(sum(s["comm_ms"] for s in steps[3:]) / 3)
-
-
-def test_a_regular_install_finds_its_configs_from_any_directory(tmp_path):
-    """Not only the editable install: a built wheel must carry the Hydra configs."""
-    root = Path(__file__).resolve().parents[1]
-    target = tmp_path / "site"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "--target",
-            str(target),
-            str(root),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    env = dict(os.environ, PYTHONPATH=str(target))
-    result = subprocess.run(
-        [sys.executable, "-m", "lptrain", "+recipe=vgg16", "--cfg", "job"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "name: vgg16" in result.stdout
-    imported = subprocess.run(
-        [sys.executable, "-c", "import lptrain; print(lptrain.__file__)"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert imported.stdout.startswith(str(target))

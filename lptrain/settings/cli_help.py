@@ -7,12 +7,11 @@ Hydra's own help.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from lptrain.settings.locations import configs_dir, recipe_names
 from lptrain.settings.schema import GROUPS, SCHEMAS, field_help, flatten
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 USAGE = """\
 usage: lptrain [-m] [GROUP=CHOICE ...] [KEY=VALUE ...] [+recipe=NAME]
 
@@ -33,7 +32,7 @@ holds another run: there, only trainer.resume=THAT_FOLDER continues it. Exit cod
 def _defaults(group: str, choice: str) -> dict[str, Any]:
     import yaml
 
-    path = CONFIGS / group / f"{choice}.yaml"
+    path = configs_dir() / group / f"{choice}.yaml"
     data = yaml.safe_load(path.read_text()) if path.exists() else None
     return data if isinstance(data, dict) else {}
 
@@ -49,11 +48,11 @@ def _show(value: Any) -> str:
 def render_help() -> str:
     import yaml
 
-    top = yaml.safe_load((CONFIGS / "config.yaml").read_text())
+    top = yaml.safe_load((configs_dir() / "config.yaml").read_text())
     chosen = {k: v for d in top["defaults"] if isinstance(d, dict) for k, v in d.items()}
     lines = [USAGE]
     for group, base in GROUPS.items():
-        choices = sorted(p.stem for p in (CONFIGS / group).glob("*.yaml"))
+        choices = sorted(p.stem for p in (configs_dir() / group).glob("*.yaml"))
         default = chosen.get(group, "")
         lines.append(f"{group}={'|'.join(choices)}   (default: {default})")
         schemas = {n: cls for (g, n), cls in SCHEMAS.items() if g == group}
@@ -69,8 +68,8 @@ def render_help() -> str:
             only = f" [{', '.join(owners)}]" if name not in common else ""
             lines.append(f"  {group + '.' + name:<30} {shown:<14} {text}{only}")
         lines.append("")
-    recipes = sorted(p.stem for p in (CONFIGS / "recipe").glob("*.yaml"))
-    lines.append(f"+recipe={'|'.join(recipes)}   the paper's networks, sized for a 2-core CPU (GPU settings inside)")
+    recipes = "|".join(recipe_names())
+    lines.append(f"+recipe={recipes}   the paper's networks, sized for a 2-core CPU (GPU settings inside)")
     lines.append("hydra.run.dir=PATH                 where the run writes; hydra.sweep.dir=PATH for -m")
     lines.append("--hydra-help                       Hydra's own help (--cfg job prints the composed configuration)")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from lptrain.settings.checks import check_config
 from lptrain.settings.errors import ConfigError
-from lptrain.settings.schema import register
+from lptrain.settings.locations import compose_config, register_all
 
 _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
 # Hydra flags after which there is nothing for lptrain to check (Hydra answers them itself).
@@ -42,15 +42,12 @@ def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
 
 def compose_job(overrides: Sequence[str]) -> DictConfig:
     """The configuration one job would get (without Hydra's own node)."""
-    from hydra import compose, initialize_config_module
-
-    with initialize_config_module("lptrain.configs", version_base=None):
-        return compose("config", overrides=list(overrides))
+    return compose_config(overrides)
 
 
 def preflight(args: Sequence[str]) -> int:
     """Compose and check every job of ``args``; the number of jobs checked. Raises ``ConfigError``."""
-    register()
+    register_all()
     try:
         jobs = job_overrides(args)
     except Exception as err:  # an override Hydra cannot parse

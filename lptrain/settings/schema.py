@@ -1,6 +1,6 @@
 """The configuration's schema: one dataclass per config group, registered with Hydra.
 
-Each YAML file in ``lptrain/configs/<group>/`` starts from one of these (its defaults
+Each YAML file in ``configs/<group>/`` starts from one of these (its defaults
 list names ``schema_*``), so Hydra refuses an unknown key (``+trainer.stepz=3``) or a
 value of the wrong type (``trainer.steps=abc``) while it composes the configuration,
 before any run folder exists. Ranges and choices that a type cannot say (a negative
