@@ -223,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
     p.add_argument("--quiet", action="store_true", help="print no table (with --json)")
     p.add_argument("--timeout", type=float, default=300, help="seconds before a silent peer is an error (torchrun)")
+    p.add_argument(
+        "--segment-size", default=None, help="bytes per message of the schedules across processes, e.g. 1M (torchrun)"
+    )
+    p.add_argument("--window", type=int, default=None, help="receives posted ahead across processes (torchrun)")
     return p
 
 

@@ -71,6 +71,10 @@ def _build(algo: str, args: argparse.Namespace):
     options = {"block_size": args.lp_block} if algo.startswith("lp") else {}
     if algo == "lp-rb":
         options["allreduce"] = "reduce_broadcast"
+    if args.segment_size is not None:
+        options["segment_size"] = args.segment_size
+    if args.window is not None:
+        options["window"] = args.window
     return build_communicator(
         algo.split("-")[0], process_group=dist.group.WORLD, timeout_s=args.timeout, check_desync=False, **options
     )

@@ -46,13 +46,16 @@ def check_close(got: torch.Tensor, want: torch.Tensor, parts: list[torch.Tensor]
     assert ((got.double() - want).abs() <= tol).all(), f"{what}: beyond the summation-order tolerance"
 
 
-def correctness(rank: int, world: int, store: str, algos: list[str], counts: list[int]) -> None:
+def correctness(
+    rank: int, world: int, store: str, algos: list[str], counts: list[int], options: dict | None = None
+) -> None:
     join(rank, world, store)
     for name in algos:
         block = 40 if max(counts) < 1000 else "64K"  # several blocks either way, not thousands of steps
-        comm = build_communicator(
-            name, process_group=dist.group.WORLD, timeout_s=30, **({"block_size": block} if name == "lp" else {})
-        )
+        extra = dict(options or {}) if name != "nccl" else {}
+        if name == "lp":
+            extra["block_size"] = block
+        comm = build_communicator(name, process_group=dist.group.WORLD, timeout_s=30, **extra)
         for dtype in DTYPES:
             for count in counts:
                 parts = [inputs(r, count, dtype, 1) for r in range(world)]

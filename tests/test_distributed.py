@@ -25,6 +25,14 @@ def test_a_large_message_across_processes(tmp_path):
     mp.spawn(workers.correctness, args=(4, str(tmp_path / "store"), ["lp", "be", "ring"], [100_003]), nprocs=4)
 
 
+def test_small_segments_and_a_short_window_across_processes(tmp_path):
+    """Messages cut into many segments, few receives posted ahead: still the reference sums."""
+    options = {"segment_size": 64, "window": 2}
+    mp.spawn(
+        workers.correctness, args=(3, str(tmp_path / "store"), ["lp", "mst", "be", "ring"], [1, 257], options), nprocs=3
+    )
+
+
 def test_a_rank_calling_a_different_collective_fails_on_every_rank(tmp_path):
     mp.spawn(workers.desync, args=(3, str(tmp_path / "store"), str(tmp_path)), nprocs=3)
     for rank in range(3):

@@ -9,6 +9,7 @@ completely before touching anything, accumulates half-precision reductions in fl
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -17,7 +18,7 @@ import torch
 
 from lptrain.comm.devices import parse_devices
 from lptrain.comm.errors import CollectiveInputError
-from lptrain.comm.executor import CudaLinks, run_cpu, run_cuda
+from lptrain.comm.executor import CudaLinks, bind_cpu, run_cuda
 from lptrain.comm.plan import Plan, compile_plan
 from lptrain.comm.schedule import Schedule
 
@@ -46,6 +47,7 @@ class Communicator(ABC):
         self.world_size = len(self.devices)
         self.accumulate_fp32 = bool(accumulate_fp32)
         self._scratch: dict[tuple, torch.Tensor] = {}
+        self._disjoint: dict[tuple, None] = {}  # (bytes, addresses...) of arguments found not to overlap
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, devices={[str(d) for d in self.devices]})"
@@ -147,7 +149,12 @@ class Communicator(ABC):
                 raise CollectiveInputError(
                     f"tensors[{i}] is not contiguous (strides {t.stride()}); pass t.contiguous()"
                 )
-        self._check_no_aliasing(tensors)
+        spans = (first.numel() * first.element_size(), *(t.data_ptr() for t in tensors))
+        if spans not in self._disjoint:  # the same memory as a recent call: already checked
+            self._check_no_aliasing(tensors)
+            self._disjoint[spans] = None
+            if len(self._disjoint) > 8:
+                del self._disjoint[next(iter(self._disjoint))]
         if root is not None and (isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < p):
             raise CollectiveInputError(f"root must be a rank in 0..{p - 1}, got {root!r}")
         if op is not None:
@@ -195,6 +202,7 @@ class ScheduleCommunicator(Communicator):
         self.options = dict(options or {})
         self._builders = builders
         self._plans: dict[tuple, Plan] = {}
+        self._bound: OrderedDict[tuple, list] = OrderedDict()  # plans bound to tensors, most recent last
         self._links = CudaLinks(self.devices) if self.devices[0].type == "cuda" else None
 
     def schedule(self, op: str, count: int, root: int | None = 0, dtype: torch.dtype = torch.float32) -> Schedule:
@@ -222,9 +230,32 @@ class ScheduleCommunicator(Communicator):
         for r in plan.work_ranks:  # the ranks whose inputs a reduce must keep
             work[r] = self._buffer(("work", r), n, dtype)
         if self._links is None:
-            run_cpu(plan, flat, work)
+            for call in self._bind(plan, flat, work):
+                call()
         else:
             run_cuda(plan, flat, work, self._links)
+
+    BOUND_PLANS = 8  # how many (plan, tensors) bindings to keep
+
+    def _bind(self, plan: Plan, flat: list[torch.Tensor], work: list[torch.Tensor]) -> list:
+        """The plan's calls on views of these tensors, kept for the next call on the same memory.
+
+        The key is the plan and the tensors' addresses. It cannot name other memory than
+        the views do: the views keep their storage alive, so no new tensor can be given
+        those addresses while the binding is kept; a new tensor at a kept address is a view
+        of that same storage. Only the last few bindings are kept, so a communicator does
+        not hold on to the buffers of tensors its caller has dropped for long.
+        """
+        key = (id(plan), *(t.data_ptr() for t in flat), *(w.data_ptr() for w in work))
+        calls = self._bound.get(key)
+        if calls is None:
+            calls = bind_cpu(plan, flat, work)
+            self._bound[key] = calls
+            if len(self._bound) > self.BOUND_PLANS:
+                self._bound.popitem(last=False)
+        else:
+            self._bound.move_to_end(key)
+        return calls
 
 
 def schedule_builders(module: ModuleType, **options: Any) -> dict[str, Callable[[int, int, int | None, int], Schedule]]:

@@ -1,19 +1,20 @@
 """The multi-process executor: the same schedules over ``torch.distributed``.
 
 One tensor per rank (gloo on the CPU, NCCL on GPUs), launched with ``torchrun``: no
-home-made transport. Every step of a schedule becomes one batch of ``isend``/``irecv``
-(``torch.distributed.batch_isend_irecv``); what a rank receives lands in a staging
-buffer and is copied or added once the step's messages are in. Messages travel as raw
-bytes, so every dtype goes over any backend.
+home-made transport. Each rank runs its part of the schedule as a dataflow of segments
+(``lptrain.comm.dataflow``): a segment is sent as soon as what it depends on has
+arrived, receives are posted ahead into staging buffers kept from call to call, and
+each is added the moment it is in while later ones are still in flight. Messages travel
+as raw bytes, so every dtype goes over any backend.
 
 Two safety nets, because a distributed job fails in ways a single process cannot:
 
 * a timeout on every message: a peer that died or stalls makes the others stop with
   an error naming the operation, the step and the peer, instead of hanging;
 * a desync check: before each collective the ranks compare a fingerprint (sequence
-  number, operation, shape, dtype, algorithm, root); a mismatch fails on every rank and
-  shows every rank's side, instead of producing garbage or a hang. ``check_desync=False``
-  turns it off for speed.
+  number, operation, shape, dtype, algorithm, root) with one small allreduce of its hash;
+  a mismatch fails on every rank and shows every rank's side, instead of producing
+  garbage or a hang. ``check_desync=False`` saves even that one message.
 
 ``nccl`` here means the backend's own collective (``torch.distributed.all_reduce`` and
 friends): gloo's or NCCL's native algorithm, the baseline the schedules are held to.
@@ -22,6 +23,7 @@ friends): gloo's or NCCL's native algorithm, the baseline the schedules are held
 from __future__ import annotations
 
 import datetime
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,8 +31,17 @@ import torch
 import torch.distributed as dist
 
 from lptrain.comm.communicator import HALF_DTYPES, REDUCE_OPS, SUPPORTED_DTYPES
+from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_program
 from lptrain.comm.errors import CollectiveInputError
-from lptrain.comm.schedule import Kind, Schedule
+from lptrain.comm.schedule import Schedule
+from lptrain.comm.sizes import parse_size
+
+DEFAULT_SEGMENT = "auto"
+# "auto": a quarter of a rank's share of the message (n / 4P), within 1 MiB..4 MiB. Python
+# costs tens of us per message and gloo on loopback moves about 1 GB/s, so a segment below
+# 1 MiB pays more in dispatch than it gains in overlap (measured: docs/BENCHMARKS.md).
+AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
+DEFAULT_WINDOW = 16  # receives posted ahead
 
 
 class CollectiveError(RuntimeError):
@@ -53,6 +64,8 @@ class DistributedCommunicator:
         accumulate_fp32: bool = True,
         timeout_s: float = 300.0,
         check_desync: bool = True,
+        segment_size: int | str = DEFAULT_SEGMENT,
+        window: int = DEFAULT_WINDOW,
     ) -> None:
         if not dist.is_initialized():
             raise CollectiveInputError(
@@ -61,6 +74,12 @@ class DistributedCommunicator:
             )
         if timeout_s <= 0:
             raise CollectiveInputError(f"timeout_s must be positive, got {timeout_s}")
+        self.segment_bytes = None if segment_size == "auto" else parse_size(segment_size, "segment_size")
+        if self.segment_bytes is not None and self.segment_bytes < 8:
+            raise CollectiveInputError(f"segment_size must be 'auto' or at least 8 bytes, got {segment_size!r}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise CollectiveInputError(f"window must be a positive number of receives, got {window!r}")
+        self.window = window
         self.name, self.group = name, group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
@@ -69,6 +88,9 @@ class DistributedCommunicator:
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self._builders = builders  # None: the backend's own collectives
         self._schedules: dict[tuple, Schedule] = {}
+        self._programs: dict[tuple, tuple[Action, ...]] = {}
+        self._pool = StagingPool()
+        self.profile = Profile()  # where this rank's time went in the schedules' calls
         self._seq = 0
         self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
 
@@ -125,20 +147,32 @@ class DistributedCommunicator:
             "algorithm": self.name,
             "root": root,
             "reduce_op": how,
+            "segment": self._segment(tensor.numel(), tensor.element_size()),  # ranks must cut messages alike
         }
 
     def _agree(self, mine: dict[str, Any]) -> None:
-        everyone: list = [None] * self.world_size
+        """One small allreduce: the largest and the smallest hash of every rank's fingerprint.
+        They differ only when the fingerprints do; then every rank gathers all of them to say how."""
+        digest = int.from_bytes(hashlib.blake2b(repr(sorted(mine.items())).encode(), digest_size=7).digest(), "big")
+        probe = torch.tensor([digest, -digest], dtype=torch.int64, device=self._probe_device())
         try:
-            dist.all_gather_object(everyone, mine, group=self.group)
+            dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=self.group)
         except Exception as err:  # a dead peer shows up here first
             raise CollectiveError(
                 f"rank {self.rank}: the desync check before {mine['op']} #{mine['seq']} failed, a peer is "
                 f"probably gone: {err}"
             ) from err
-        if any(f != mine for f in everyone):
-            sides = "\n".join(f"  rank {r}: {f}" for r, f in enumerate(everyone))
-            raise DesyncError(f"rank {self.rank}: the ranks called different collectives (#{mine['seq']}):\n{sides}")
+        if probe.tolist() == [digest, -digest]:
+            return
+        everyone: list = [None] * self.world_size
+        dist.all_gather_object(everyone, mine, group=self.group)
+        sides = "\n".join(f"  rank {r}: {f}" for r, f in enumerate(everyone))
+        raise DesyncError(f"rank {self.rank}: the ranks called different collectives (#{mine['seq']}):\n{sides}")
+
+    def _probe_device(self) -> torch.device:
+        if self.backend == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
 
     def _collective(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
         self._check(op, tensor, root, how)
@@ -177,35 +211,43 @@ class DistributedCommunicator:
                 f"most {self.timeout.total_seconds():g} s: {err}"
             ) from err
 
+    def _program(self, schedule: Schedule, itemsize: int) -> tuple[Action, ...]:
+        key = (id(schedule), itemsize)
+        if key not in self._programs:
+            segment = self._segment(schedule.count, itemsize)
+            self._programs[key] = rank_program(schedule, self.rank, segment)
+        return self._programs[key]
+
+    def _segment(self, count: int, itemsize: int) -> int:
+        """Elements per message: the option, or the automatic rule (the same on every rank)."""
+        if self.segment_bytes is not None:
+            return max(1, self.segment_bytes // itemsize)
+        low, high = AUTO_SEGMENT_BYTES
+        share = count * itemsize // (4 * self.world_size)
+        return max(1, min(max(share, low), high) // itemsize)
+
     def _run(self, schedule: Schedule, work: torch.Tensor, fingerprint: dict[str, Any]) -> None:
-        raw = work.view(torch.uint8)
-        size = work.element_size()
-        me = self.rank
-        for index, step in enumerate(schedule.steps):
+        def wait(handle, what: str) -> None:
+            self._wait(handle, what, fingerprint)
+
+        def on_step(step: int) -> None:
             if self._step_hook is not None:
-                self._step_hook(fingerprint["op"], index)
-            ops, peers, arrivals = [], [], []
-            for t in step:
-                if t.src == me:
-                    ops.append(
-                        dist.P2POp(dist.isend, raw[t.start * size : t.stop * size], self._peer(t.dst), self.group)
-                    )
-                    peers.append(f"sending to rank {t.dst}")
-                elif t.dst == me:
-                    staged = torch.empty(t.count * size, dtype=torch.uint8, device=work.device)
-                    ops.append(dist.P2POp(dist.irecv, staged, self._peer(t.src), self.group))
-                    peers.append(f"receiving from rank {t.src}")
-                    arrivals.append((t, staged))
-            if not ops:
-                continue
-            for w, peer in zip(dist.batch_isend_irecv(ops), peers):
-                self._wait(w, f"step {index + 1}/{schedule.num_steps}, {peer}", fingerprint)
-            for t, staged in arrivals:
-                incoming = staged.view(work.dtype)
-                if t.kind is Kind.COPY:
-                    work[t.start : t.stop].copy_(incoming)
-                else:
-                    work[t.start : t.stop].add_(incoming)
+                self._step_hook(fingerprint["op"], step)
+
+        itemsize = work.element_size()
+        run_program(
+            self._program(schedule, itemsize),
+            work,
+            isend=lambda buf, peer: dist.isend(buf, self._peer(peer), group=self.group),
+            irecv=lambda buf, peer: dist.irecv(buf, self._peer(peer), group=self.group),
+            wait=wait,
+            pool=self._pool,
+            segment_bytes=self._segment(schedule.count, itemsize) * itemsize,
+            window=self.window,
+            num_steps=schedule.num_steps,
+            on_step=on_step,
+            profile=self.profile,
+        )
 
     def _native(self, op: str, work: torch.Tensor, root: int | None, fingerprint: dict[str, Any]) -> None:
         if op == "allreduce":

@@ -10,29 +10,40 @@ device. The links of a chain therefore really do work at the same time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 
 from lptrain.comm.plan import Buf, Code, Plan
 
 
-def run_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor]) -> None:
-    """Run ``plan`` on flat CPU tensors, one per rank, in place.
+def bind_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor]) -> list[Callable[[], object]]:
+    """``plan``'s instructions as calls on views of these tensors, ready to run again and again.
 
     ``work[r]`` is rank ``r``'s scratch buffer for the ranks in ``plan.work_ranks`` (and
-    may be ``inputs[r]`` elsewhere).
+    may be ``inputs[r]`` elsewhere). Slicing a tensor costs about as much as adding two
+    small ones, so a caller that runs the same plan on the same tensors (a training loop's
+    gradient buffers) keeps the bound calls and pays for the views once.
     """
     bufs = (inputs, work)
+    calls: list[Callable[[], object]] = []
     for ins in plan.instrs:
         src = bufs[ins.src_buf][ins.src][ins.start : ins.stop]
         dst = bufs[ins.dst_buf][ins.dst][ins.start : ins.stop]
         if ins.code is Code.COPY:
-            dst.copy_(src)
+            calls.append(partial(dst.copy_, src))
         elif ins.code is Code.ADD:
-            dst.add_(src)
+            calls.append(partial(dst.add_, src))
         else:
-            torch.add(bufs[Buf.INPUT][ins.dst][ins.start : ins.stop], src, out=dst)
+            calls.append(partial(torch.add, bufs[Buf.INPUT][ins.dst][ins.start : ins.stop], src, out=dst))
+    return calls
+
+
+def run_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor]) -> None:
+    """Run ``plan`` on flat CPU tensors, one per rank, in place (in schedule order)."""
+    for call in bind_cpu(plan, inputs, work):
+        call()
 
 
 class CudaLinks:

@@ -86,7 +86,7 @@ def options_of(name: str) -> list[str]:
     return [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
 
 
-DISTRIBUTED_OPTIONS = ("timeout_s", "check_desync")
+DISTRIBUTED_OPTIONS = ("timeout_s", "check_desync", "segment_size", "window")
 
 
 def build_communicator(
@@ -97,8 +97,9 @@ def build_communicator(
     In one process: over ``devices``, a list such as ``["cpu"] * 4`` or ``["cuda:0",
     "cuda:1"]``, one tensor per device. Across processes: over ``process_group`` (for
     instance ``torch.distributed.group.WORLD`` under torchrun), one tensor per rank;
-    there ``nccl`` means the backend's own collective, and ``timeout_s`` (default 300) and
-    ``check_desync`` (default True) are accepted too. Options are algorithm-specific
+    there ``nccl`` means the backend's own collective, and ``timeout_s`` (default 300),
+    ``check_desync`` (default True), ``segment_size`` (bytes per message, default "auto") and
+    ``window`` (receives posted ahead, default 16) are accepted too. Options are algorithm-specific
     (``options_of(name)`` lists them); every communicator takes ``accumulate_fp32``
     (default True: float16/bfloat16 sums accumulate in float32).
     """

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Where the time of lptrain's schedules across processes goes, beside gloo's own allreduce.
+
+Run under torchrun; every rank reports its share (blocked on the transport, adding or
+copying what arrived, the rest: Python and posting messages), and rank 0 prints them:
+
+    torchrun --standalone --nproc-per-node 2 scripts/profile_dist.py --size 64M
+    torchrun --standalone --nproc-per-node 4 scripts/profile_dist.py --size 64M --algo ring,lp,be
+
+Calls alternate between the algorithms (round robin), so a busy machine slows all alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+
+from lptrain.comm import build_communicator
+from lptrain.comm.sizes import parse_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="64M", help="message size (default 64M)")
+    parser.add_argument("--algo", default="ring,lp", help="schedules to profile (default ring,lp)")
+    parser.add_argument("--iters", type=int, default=6, help="timed calls per algorithm (default 6)")
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    count = parse_size(args.size, "--size") // 4
+    tensor = torch.ones(count)
+    world_group = dist.group.WORLD
+    names = args.algo.split(",")
+    comms = {name: build_communicator(name, process_group=world_group, check_desync=False) for name in names}
+    native = build_communicator("nccl", process_group=dist.group.WORLD, check_desync=False)
+    wall = {name: 0.0 for name in [*comms, "gloo"]}
+    for comm in [*comms.values(), native]:  # warm-up: schedules, programs, staging buffers
+        comm.allreduce(tensor)
+    for comm in comms.values():
+        comm.profile.__init__()
+    for _ in range(args.iters):
+        for name, comm in [*comms.items(), ("gloo", native)]:
+            dist.barrier()
+            t0 = time.perf_counter()
+            comm.allreduce(tensor)
+            wall[name] += time.perf_counter() - t0
+    report = {name: comm.profile.describe() for name, comm in comms.items()}
+    reports: list = [None] * world
+    dist.all_gather_object(reports, report)
+    walls: list = [None] * world
+    dist.all_gather_object(walls, wall)
+    if rank == 0:
+        print(f"# allreduce of {args.size} over {world} gloo processes, {args.iters} calls each, ms per call")
+        for name in wall:
+            slowest = max(w[name] for w in walls) / args.iters * 1e3
+            speed = max(w["gloo"] for w in walls) / max(w[name] for w in walls)
+            ratio = "" if name == "gloo" else f" ({speed:.2f}x gloo's speed)"
+            print(f"{name:6s} {slowest:8.1f} ms (slowest rank){ratio}")
+        for name in comms:
+            for r in range(world):
+                print(f"  {name} rank {r}: {reports[r][name]}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""The dataflow executor (lptrain.comm.dataflow) against lock-step execution of the same schedule.
+
+Each rank runs in a thread over an in-memory transport that matches sends and receives
+per pair in posting order and reads a send's buffer only when the receive is there (as
+gloo does), so a rank that wrote into elements still being sent, or applied receives out
+of order, gives a different result. Every algorithm, op, root, odd sizes, segments down
+to one element and windows down to one receive: the result must be bitwise the lock-step
+one, and that one the plain sum.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict, deque
+
+import pytest
+import torch
+
+from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.dataflow import Profile, StagingPool, rank_program, run_program
+from lptrain.comm.schedule import Kind, Schedule
+
+
+class Message:
+    """One send matched (or to be matched) with one receive; the bytes move in ``finish``."""
+
+    def __init__(self) -> None:
+        self.source: torch.Tensor | None = None
+        self.target: torch.Tensor | None = None
+        self.matched = threading.Event()
+        self.lock = threading.Lock()
+        self.moved = False
+
+    def finish(self, what: str) -> None:
+        if not self.matched.wait(10):
+            raise TimeoutError(f"deadlock: {what}")
+        with self.lock:
+            if not self.moved:
+                self.target.copy_(self.source)
+                self.moved = True
+
+
+class Loopback:
+    """Point-to-point messages between threads, matched per pair in posting order.
+
+    ``eager``: the bytes move the moment a send meets its receive (a send's buffer is read
+    then, not when it was posted). ``lazy``: only when one side waits, as a transport may
+    do: a send is complete only once waited for, so writing into its elements before that
+    corrupts it.
+    """
+
+    def __init__(self, lazy: bool) -> None:
+        self.lazy = lazy
+        self.lock = threading.Lock()
+        self.queues: dict[tuple[int, int], deque] = defaultdict(deque)  # unmatched messages of a pair
+
+    def _post(self, src: int, dst: int, buf: torch.Tensor, sending: bool) -> Message:
+        with self.lock:
+            queue = self.queues[(src, dst)]
+            if queue and (queue[0].source is None) == sending:  # the other side is waiting
+                message = queue.popleft()
+            else:
+                message = Message()
+                queue.append(message)
+            if sending:
+                message.source = buf
+            else:
+                message.target = buf
+            if message.source is not None and message.target is not None:
+                message.matched.set()
+                if not self.lazy:
+                    message.finish("")
+        return message
+
+    def isend(self, src: int, buf: torch.Tensor, dst: int) -> Message:
+        return self._post(src, dst, buf, True)
+
+    def irecv(self, dst: int, buf: torch.Tensor, src: int) -> Message:
+        return self._post(src, dst, buf, False)
+
+
+def wait(handle: Message, what: str) -> None:
+    handle.finish(what)
+
+
+def run_dataflow(
+    schedule: Schedule,
+    inputs: list[torch.Tensor],
+    segment: int,
+    window: int,
+    lazy: bool = False,
+    profiles: list[Profile] | None = None,
+) -> list[torch.Tensor]:
+    net = Loopback(lazy)
+    work = [x.clone() for x in inputs]
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            run_program(
+                rank_program(schedule, r, segment),
+                work[r],
+                isend=lambda buf, peer: net.isend(r, buf, peer),
+                irecv=lambda buf, peer: net.irecv(r, buf, peer),
+                wait=wait,
+                pool=StagingPool(),
+                segment_bytes=segment * work[r].element_size(),
+                window=window,
+                num_steps=schedule.num_steps,
+                profile=profiles[r] if profiles else None,
+            )
+        except BaseException as err:  # reported by the test thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(schedule.world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors[0]
+    assert not any(t.is_alive() for t in threads), "a rank hung"
+    return work
+
+
+def lockstep(schedule: Schedule, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The reference: a step's transfers read the values from before it, then apply in order."""
+    work = [x.clone() for x in inputs]
+    for step in schedule.steps:
+        moved = [(t, work[t.src][t.start : t.stop].clone()) for t in step]
+        for t, data in moved:
+            if t.kind is Kind.COPY:
+                work[t.dst][t.start : t.stop] = data
+            else:
+                work[t.dst][t.start : t.stop] += data
+    return work
+
+
+def build(algo: str, op: str, p: int, count: int, root: int) -> Schedule:
+    if algo == "lp":
+        return lp.allreduce(p, count, block=5) if op == "allreduce" else getattr(lp, op)(p, count, root, block=5)
+    if algo == "lp-rb":
+        return lp.allreduce(p, count, block=5, mode="reduce_broadcast")
+    module = {"mst": mst, "be": be, "ring": ring}[algo]
+    return module.allreduce(p, count) if op == "allreduce" else getattr(module, op)(p, count, root)
+
+
+CASES = [(a, "allreduce") for a in ("lp", "lp-rb", "mst", "be", "ring")] + [
+    (a, op) for a in ("lp", "mst", "be", "ring") for op in ("broadcast", "reduce")
+]
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+@pytest.mark.parametrize("segment, window", [(1, 1), (3, 2), (4, 16), (1000, 4)])
+@pytest.mark.parametrize("p", [2, 3, 5, 8])
+@pytest.mark.parametrize("algo, op", CASES)
+def test_dataflow_equals_lockstep_bitwise(algo, op, p, segment, window, lazy):
+    for count in (1, 7, 61):
+        root = (count + p) % p if op != "allreduce" else None
+        schedule = build(algo, op, p, count, root)
+        g = torch.Generator().manual_seed(count * 31 + p)
+        inputs = [torch.randn(count, generator=g, dtype=torch.float64).float() for _ in range(p)]
+        want = lockstep(schedule, inputs)
+        got = run_dataflow(schedule, inputs, segment, window, lazy)
+        for r in range(p):
+            assert torch.equal(got[r], want[r]), f"{algo} {op} P={p} count={count} rank {r}"
+        total = torch.stack([x.double() for x in inputs]).sum(0)
+        holders = range(p) if op == "allreduce" else [root]
+        for r in holders if op != "broadcast" else range(p):
+            expected = inputs[root].double() if op == "broadcast" else total
+            assert torch.allclose(got[r].double(), expected, atol=1e-4), f"{algo} {op}: not the plain result"
+
+
+def hand_made(p: int, steps: list[list[tuple[int, int, int, int, Kind]]], count: int = 8) -> Schedule:
+    from lptrain.comm.schedule import Transfer
+
+    return Schedule("broadcast", "hand-made", p, count, 0, tuple(tuple(Transfer(*t) for t in s) for s in steps))
+
+
+C, R = Kind.COPY, Kind.REDUCE
+HAZARDS = {
+    # rank 0 sends [0,4) at step 1, then receives new values into it at step 2: a receive posted
+    # ahead in place would overwrite them before the send reads them
+    "copy over a range still to be sent": [[(2, 0, 4, 8, R)], [(0, 1, 0, 4, C)], [(2, 0, 0, 4, C)]],
+    # rank 0 sends [0,4) and then adds into it: the add must wait until the send is done
+    "add into a range still being sent": [[(0, 1, 0, 4, C)], [(2, 0, 0, 4, R)], [(1, 2, 0, 4, C)]],
+    # a send and a receive of the same elements in one step: the send carries the old values
+    "send and receive one range in a step": [[(0, 1, 0, 4, C), (1, 0, 0, 4, R)], [(1, 2, 0, 8, C)]],
+    # two ranks swap a range in one step: received in place, each would wait for the other
+    "swap a range in a step": [[(0, 1, 0, 4, C), (1, 0, 0, 4, C)], [(0, 2, 0, 8, C)]],
+    # two adds into one range in one step: applied in the schedule's order
+    "two adds in a step": [[(1, 0, 0, 8, R), (2, 0, 0, 8, R)], [(0, 1, 0, 8, C)]],
+}
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])
+@pytest.mark.parametrize("window", [1, 16])
+@pytest.mark.parametrize("hazard", list(HAZARDS))
+def test_the_order_hazards_of_hand_made_schedules(hazard, window, lazy):
+    schedule = hand_made(3, HAZARDS[hazard])
+    inputs = [torch.arange(8, dtype=torch.float32) * (10**r) + 0.25 * r for r in range(3)]
+    for segment in (1, 3, 8):
+        got = run_dataflow(schedule, inputs, segment, window, lazy)
+        want = lockstep(schedule, inputs)
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), f"{hazard}, segment {segment}"
+
+
+def test_a_program_cuts_transfers_into_segments_with_sends_first():
+    schedule = ring.allreduce(3, 10)
+    program = rank_program(schedule, 1, 2)
+    for step in range(schedule.num_steps):
+        mine = [a for a in program if a.step == step]
+        kinds = [a.send for a in mine]
+        assert kinds == sorted(kinds, reverse=True), "sends come before receives within a step"
+        assert all(a.stop - a.start <= 2 for a in mine)
+    sent = sorted((a.start, a.stop) for a in program if a.send and a.step == 0)
+    whole = [(t.start, t.stop) for t in schedule.steps[0] if t.src == 1]
+    assert sent[0][0] == whole[0][0] and sent[-1][1] == whole[0][1]
+    with pytest.raises(ValueError, match="at least 1 element"):
+        rank_program(schedule, 0, 0)
+
+
+def test_staging_buffers_are_reused_from_call_to_call():
+    pool = StagingPool()
+    first = pool.take(torch.device("cpu"), 64)
+    pool.give(torch.device("cpu"), first)
+    assert pool.take(torch.device("cpu"), 64) is first
+    assert pool.take(torch.device("cpu"), 64) is not first
+
+
+def test_the_profile_accounts_for_every_call_and_message():
+    schedule = ring.allreduce(3, 300)
+    profiles = [Profile() for _ in range(3)]
+    inputs = [torch.ones(300) for _ in range(3)]
+    run_dataflow(schedule, inputs, 7, 4, profiles=profiles)
+    run_dataflow(schedule, inputs, 7, 4, profiles=profiles)
+    for r, prof in enumerate(profiles):
+        assert prof.calls == 2 and prof.messages == 2 * len(rank_program(schedule, r, 7))
+        assert 0 <= prof.wait_s + prof.post_s + prof.apply_s <= prof.total_s
+        assert "ms per call" in prof.describe()
+    assert Profile().describe() == "no calls"
