@@ -27,12 +27,14 @@ from lptrain.bench_common import (
     DTYPES,
     OPS,
     Row,
+    algo_variants,
     bus_factor,
     collective_call,
     message_sizes,
     pattern,
     print_header,
     print_row,
+    save_tuning,
 )
 from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, build_communicator
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator
@@ -127,17 +129,20 @@ def run(args: argparse.Namespace) -> list[Row]:
     algos = _parse_algos(args.algo)
     ops = list(OPS) if args.op == "all" else [args.op]
     comms: dict[str, Communicator] = {}
-    for algo in algos:
-        if algo == "mpi":
-            print("# mpi: skipped: Open MPI is a multi-process reference (mpirun -np N lptrain-bench ...)", flush=True)
-            continue
-        options = {"block_size": args.lp_block, "allreduce": args.lp_allreduce} if algo.startswith("lp") else {}
-        if algo == "lp-rb":
-            options["allreduce"] = "reduce_broadcast"
+    if "mpi" in algos:
+        print("# mpi: skipped: Open MPI is a multi-process reference (mpirun -np N lptrain-bench ...)", flush=True)
+    args.variants = algo_variants([a for a in algos if a != "mpi"], args)
+    for label, (name, options) in args.variants.items():
         try:
-            comms[algo] = build_communicator(algo.split("-")[0], devices, **options)
+            comms[label] = build_communicator(name, devices, **options)
         except (BackendUnavailableError, CollectiveInputError) as err:
-            print(f"# {algo}: skipped: {err}", flush=True)
+            print(f"# {label}: skipped: {err}", flush=True)
+    args.tuning_context = {
+        "executor": "in-process",
+        "device_type": torch.device(devices[0]).type,
+        "world_size": p,
+        "dtype": args.dtype,
+    }
     root = args.root
     if not 0 <= root < p:
         raise ValueError(f"--root must be a rank in 0..{p - 1}, got {root}")
@@ -175,7 +180,7 @@ def run(args: argparse.Namespace) -> list[Row]:
 
 
 def _parse_algos(text: str) -> list[str]:
-    valid = list(NAMES) + ["lp-rb", "mpi"]
+    valid = list(NAMES) + ["lp-rb", "mpi"]  # NAMES includes auto
     algos = [a.strip() for a in text.split(",") if a.strip()]
     bad = [a for a in algos if a not in valid]
     if bad or not algos:
@@ -217,7 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--trials", type=int, default=3, help="round-robin trials per size; rows show the median (default 3)"
     )
     p.add_argument("--root", type=int, default=0, help="root of broadcast and reduce (default 0)")
-    p.add_argument("--lp-block", default="auto", help="lp block size in bytes, e.g. 1M, or auto (default)")
+    p.add_argument(
+        "--lp-block",
+        default="auto",
+        help="lp block size in bytes, e.g. 1M, or auto (default); a list (256K,1M,4M) times each as lp@SIZE",
+    )
     p.add_argument("--lp-allreduce", default="overlapped", choices=["overlapped", "reduce_broadcast"])
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the correctness check")
     p.add_argument("--json", metavar="FILE", help="also write the rows as JSON to FILE")
@@ -227,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--segment-size", default=None, help="bytes per message of the schedules across processes, e.g. 1M (torchrun)"
     )
     p.add_argument("--window", type=int, default=None, help="receives posted ahead across processes (torchrun)")
+    p.add_argument(
+        "--save-tuning",
+        metavar="FILE",
+        help="write the measured rows as a tuning file for comm=auto (lptrain comm=auto comm.options.tuning=FILE)",
+    )
+    p.add_argument("--tuning", metavar="FILE", help="the tuning file --algo auto reads (default: the simulator picks)")
     return p
 
 
@@ -250,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json and int(os.environ.get("RANK", "0")) == 0:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)
+    if args.save_tuning and int(os.environ.get("RANK", "0")) == 0:
+        written = save_tuning(args.save_tuning, rows, args.variants, **args.tuning_context)
+        print(f"# wrote {written} rows to {args.save_tuning} (use: comm=auto comm.options.tuning={args.save_tuning})")
     finish()
     return 0
 

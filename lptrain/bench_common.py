@@ -109,3 +109,61 @@ def print_row(out, row: Row) -> Row:
             flush=True,
         )
     return row
+
+
+def algo_variants(wanted: list[str], args) -> dict[str, tuple[str, dict]]:
+    """Row label -> (communicator name, options) for the algorithms asked for.
+
+    ``--lp-block`` may list several sizes (``256K,1M,4M``): lp and lp-rb then get one row
+    per block (``lp@1M``), which is how a tuning grid learns LP's best block here. ``auto``
+    reads ``--tuning`` (or lets the simulator choose)."""
+    blocks = [b.strip() for b in str(args.lp_block).split(",") if b.strip()] or ["auto"]
+    variants: dict[str, tuple[str, dict]] = {}
+    for algo in wanted:
+        if algo in ("lp", "lp-rb"):
+            mode = "reduce_broadcast" if algo == "lp-rb" else args.lp_allreduce
+            for block in blocks:
+                label = algo if len(blocks) == 1 else f"{algo}@{block}"
+                variants[label] = ("lp", {"block_size": block, "allreduce": mode})
+        elif algo == "auto":
+            variants[algo] = ("auto", {"tuning": args.tuning} if getattr(args, "tuning", None) else {})
+        else:
+            variants[algo] = (algo, {})
+    return variants
+
+
+def save_tuning(
+    path: str,
+    rows: list[Row],
+    variants: dict[str, tuple[str, dict]],
+    *,
+    executor: str,
+    device_type: str,
+    world_size: int,
+    dtype: str,
+) -> int:
+    """Write the measured rows as a tuning file for comm=auto; the number of rows written.
+
+    Only the fixed algorithms go in (not memcpy, mpi or auto); the backend's own collective
+    (labelled gloo or nccl across processes) is the ``nccl`` communicator."""
+    import datetime
+    import platform
+
+    from lptrain.comm.tuning import TuningTable
+
+    entries = []
+    for row in rows:
+        if row.algo in ("gloo", "nccl"):
+            name, options = "nccl", {}
+        elif row.algo in variants and variants[row.algo][0] != "auto":
+            name, options = variants[row.algo]
+        else:
+            continue
+        kept = {k: v for k, v in options.items() if not (k == "allreduce" and v == "overlapped")}
+        if kept.get("block_size") == "auto":
+            del kept["block_size"]
+        entries.append({"op": row.op, "bytes": row.size, "algo": name, "options": kept, "time_us": row.time_us})
+    meta = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "command": "lptrain-bench"}
+    table = TuningTable(executor, device_type, world_size, dtype, entries, meta)
+    table.save(path)
+    return len(entries)

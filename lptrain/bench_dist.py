@@ -23,7 +23,7 @@ import torch.distributed as dist
 from lptrain import bench_common as common
 from lptrain.comm import build_communicator
 
-SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring")
+SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring", "auto")
 
 
 def launched_by_mpirun() -> bool:
@@ -68,16 +68,14 @@ def _build(algo: str, args: argparse.Namespace):
         return MpiCollectives()
     if algo == "native":
         return build_communicator("nccl", process_group=dist.group.WORLD, timeout_s=args.timeout, check_desync=False)
-    options = {"block_size": args.lp_block} if algo.startswith("lp") else {}
-    if algo == "lp-rb":
-        options["allreduce"] = "reduce_broadcast"
+    name, options = args.variants[algo]
+    options = dict(options)
     if args.segment_size is not None:
         options["segment_size"] = args.segment_size
     if args.window is not None:
         options["window"] = args.window
-    return build_communicator(
-        algo.split("-")[0], process_group=dist.group.WORLD, timeout_s=args.timeout, check_desync=False, **options
-    )
+    group = dist.group.WORLD
+    return build_communicator(name, process_group=group, timeout_s=args.timeout, check_desync=False, **options)
 
 
 def _wrong(comm, op: str, count: int, dtype: torch.dtype, root: int, device: torch.device) -> int:
@@ -127,7 +125,14 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
     dtype = common.DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     wanted = [a.strip() for a in args.algo.split(",") if a.strip()]
-    algos = [a for a in wanted if a in SCHEDULES] + (["native"] if any(a in ("nccl", "native") for a in wanted) else [])
+    args.variants = common.algo_variants([a for a in wanted if a in SCHEDULES], args)
+    args.tuning_context = {
+        "executor": "distributed",
+        "device_type": "cpu" if backend == "gloo" else "cuda",
+        "world_size": world,
+        "dtype": args.dtype,
+    }
+    algos = list(args.variants) + (["native"] if any(a in ("nccl", "native") for a in wanted) else [])
     if "mpi" in wanted:
         if launched_by_mpirun() and importlib.util.find_spec("mpi4py") is not None and backend == "gloo":
             algos.append("mpi")
@@ -158,7 +163,7 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
                 sec = statistics.median(times)
                 algbw = nbytes / sec / 1e9
                 moved = None
-                if algo in SCHEDULES:
+                if algo in args.variants and args.variants[algo][0] != "auto":
                     moved = comm.schedule(op, count, args.root, dtype).elements_moved() * itemsize / sec / 1e9
                 row = common.Row(
                     op,

@@ -46,7 +46,7 @@ BAD_INPUT = [
     (["trainer.steps=0"], "trainer.steps=0 is not valid; use a positive number of steps"),
     (["trainer.batch_per_device=0"], "trainer.batch_per_device=0 is not valid"),
     (["trainer.steps=abc"], "trainer.steps=abc is not valid: expected an integer"),
-    (["comm=tree"], "comm=tree is not valid; valid choices: be, lp, mst, nccl, ring"),
+    (["comm=tree"], "comm=tree is not valid; valid choices: auto, be, lp, mst, nccl, ring"),
     (["comm=mst", "comm.options.block_size=1M"], "comm.options.block_size is not an option"),
     (["trainer.devices=cpu:4"], "trainer.devices=cpu:4 is not valid: a CPU device has no index"),
     (["trainer.devices=gpu"], "trainer.devices=gpu is not valid"),
@@ -239,7 +239,7 @@ def test_help_lists_every_group_and_option_quickly(tmp_path):
     assert result.returncode == 0
     out = result.stdout
     assert "powered by Hydra" not in out
-    for line in ("comm=be|lp|mst|nccl|ring", "trainer.devices", "comm.options.block_size", "optim.lr", "+recipe="):
+    for line in ("comm=auto|be|lp|mst|nccl|ring", "trainer.devices", "comm.options.block_size", "optim.lr", "+recipe="):
         assert line in out
     assert not (tmp_path / "outputs").exists()
     print(f"lptrain --help took {took:.2f} s")  # a figure to look at, not a test of speed

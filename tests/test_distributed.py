@@ -29,7 +29,9 @@ def test_small_segments_and_a_short_window_across_processes(tmp_path):
     """Messages cut into many segments, few receives posted ahead: still the reference sums."""
     options = {"segment_size": 64, "window": 2}
     mp.spawn(
-        workers.correctness, args=(3, str(tmp_path / "store"), ["lp", "mst", "be", "ring"], [1, 257], options), nprocs=3
+        workers.correctness,
+        args=(3, str(tmp_path / "store"), ["lp", "mst", "be", "ring", "auto"], [1, 257], options),
+        nprocs=3,
     )
 
 

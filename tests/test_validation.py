@@ -84,7 +84,7 @@ def test_cuda_devices_without_cuda_fail_clearly():
 
 @pytest.mark.skipif(not NO_CUDA, reason="checks what this machine lacks")
 def test_available_lists_what_runs_here():
-    assert available() == ["lp", "mst", "be", "ring"]
+    assert available() == ["lp", "mst", "be", "ring", "auto"]
     assert set(available()) <= set(NAMES)
 
 

@@ -70,12 +70,35 @@ def _nccl(devices, *, accumulate_fp32=True) -> Communicator:
     return NcclCommunicator(devices, accumulate_fp32=accumulate_fp32)
 
 
+def _auto(devices, *, accumulate_fp32=True, tuning=None, topology=None):
+    """auto options: ``tuning`` (a file from lptrain-bench --save-tuning; null: the simulator
+    chooses), ``topology`` (the simulator's model where the file has no answer; default host
+    for CPU devices, pcie for GPUs)."""
+    from lptrain.comm.auto import AutoCommunicator
+
+    devices = parse_devices(devices)
+
+    def build(algo: str, options: dict[str, Any]) -> Communicator:
+        return build_communicator(algo, devices, accumulate_fp32=accumulate_fp32, **options)
+
+    return AutoCommunicator(
+        build,
+        executor="in-process",
+        device_type=devices[0].type,
+        world_size=len(devices),
+        tuning=tuning,
+        topology=topology,
+        devices=tuple(devices),
+    )
+
+
 FACTORIES: dict[str, Callable[..., Communicator]] = {
     "lp": _lp,
     "mst": _fixed(mst),
     "be": _fixed(be),
     "ring": _fixed(ring),
     "nccl": _nccl,
+    "auto": _auto,
 }
 NAMES = tuple(FACTORIES)
 
@@ -125,7 +148,7 @@ def _distributed(name: str, group, options: dict[str, Any]):
 
     from lptrain.comm.distributed import DistributedCommunicator
 
-    valid = [o for o in options_of(name) if o != "accumulate_fp32"] if name == "lp" else []
+    valid = [o for o in options_of(name) if o != "accumulate_fp32"] if name in ("lp", "auto") else []
     valid = ["accumulate_fp32", *valid, *DISTRIBUTED_OPTIONS]
     unknown = sorted(set(options) - set(valid))
     if unknown:
@@ -140,6 +163,18 @@ def _distributed(name: str, group, options: dict[str, Any]):
         group = dist.distributed_c10d._get_default_group()
     world = dist.get_world_size(group)
     on_cpu = dist.get_backend(group) == "gloo"
+    if name == "auto":
+        from lptrain.comm.auto import AutoCommunicator
+
+        return AutoCommunicator(
+            lambda algo, chosen: _distributed(algo, group, {**common, **chosen}),
+            executor="distributed",
+            device_type="cpu" if on_cpu else "cuda",
+            world_size=world,
+            tuning=options.get("tuning"),
+            topology=options.get("topology"),
+            rank=dist.get_rank(group),
+        )
     if name == "nccl":
         builders = None
     elif name == "lp":

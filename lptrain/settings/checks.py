@@ -147,6 +147,17 @@ def check_comm(c: DictConfig, replicas: int) -> None:
             ) from None
     if "allreduce" in options:
         _choice("comm.options.allreduce", options.allreduce, lp.ALLREDUCE_MODES)
+    if options.get("topology") is not None:
+        from lptrain.sim.topology import TOPOLOGIES
+
+        _choice("comm.options.topology", options.topology, list(TOPOLOGIES))
+    if options.get("tuning") is not None:
+        from lptrain.comm.tuning import TuningTable
+
+        try:
+            TuningTable.load(options.tuning)
+        except CollectiveInputError as err:
+            raise ConfigError(f"comm.options.tuning={options.tuning} is not valid: {err}") from None
     if options.get("order") is not None:
         try:
             lp.check_order(list(options.order), replicas)

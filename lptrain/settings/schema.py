@@ -39,16 +39,28 @@ class LpOptions(CommOptions):
 
 
 @dataclass
+class AutoOptions(CommOptions):
+    tuning: Optional[str] = opt(None, "a tuning file from lptrain-bench --save-tuning (null: the simulator chooses)")
+    topology: Optional[str] = opt(None, "the simulator's model where the file has no answer (null: host; pcie on GPUs)")
+
+
+@dataclass
 class CommConfig:
-    name: str = opt(MISSING, "the collective algorithm: lp, mst, be, ring or nccl")
+    name: str = opt(MISSING, "the collective algorithm: lp, mst, be, ring, nccl or auto")
     grad_dtype: str = opt("fp32", "dtype the gradients travel in: fp32, bf16 or fp16 (half the bytes; summed in fp32)")
     options: CommOptions = field(default_factory=CommOptions)
 
 
 @dataclass
 class LpCommConfig(CommConfig):
-    name: str = opt("lp", "the collective algorithm: lp, mst, be, ring or nccl")
+    name: str = opt("lp", "the collective algorithm: lp, mst, be, ring, nccl or auto")
     options: LpOptions = field(default_factory=LpOptions)
+
+
+@dataclass
+class AutoCommConfig(CommConfig):
+    name: str = opt("auto", "the collective algorithm: lp, mst, be, ring, nccl or auto")
+    options: AutoOptions = field(default_factory=AutoOptions)
 
 
 # -- model --------------------------------------------------------------------------------------
@@ -156,6 +168,7 @@ GROUPS: dict[str, type] = {
 SCHEMAS: dict[tuple[str, str], type] = {
     ("comm", "schema_lp"): LpCommConfig,
     ("comm", "schema_collective"): CommConfig,
+    ("comm", "schema_auto"): AutoCommConfig,
     ("model", "schema"): ModelConfig,
     ("data", "schema_mnist"): DataConfig,
     ("data", "schema_synthetic"): SyntheticDataConfig,

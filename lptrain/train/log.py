@@ -89,6 +89,11 @@ class RunLog:
         file_writer.add_summary(experiment)
         file_writer.add_summary(start)
 
+    def text(self, tag: str, text: str) -> None:
+        """A note for TensorBoard's Text tab (what comm=auto chose, for instance)."""
+        if self.writer is not None:
+            self.writer.add_text(tag, text, 0)
+
     def close(self) -> None:
         if not self.enabled:
             return

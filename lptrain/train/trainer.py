@@ -28,6 +28,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from lptrain.comm import build_communicator
+from lptrain.comm.auto import AutoCommunicator
 from lptrain.comm.devices import parse_devices
 from lptrain.comm.hierarchical import HierarchicalCommunicator
 from lptrain.data import (
@@ -191,11 +192,29 @@ class Trainer:
         # Under torchrun: the algorithm inside the process over its devices, and across the
         # processes over torch.distributed ("nccl" there is the backend's own collective).
         local_name = "ring" if name == "nccl" and self.devices[0].type == "cpu" else name
-        local = build_communicator(local_name, self.devices, **options)
+        local_options = {k: v for k, v in options.items() if k != "tuning"}  # the file describes the processes
+        local = build_communicator(local_name, self.devices, **local_options)
         remote = build_communicator(
             name, process_group=dist.group.WORLD, timeout_s=timeout_s, check_desync=check_desync, **options
         )
         return HierarchicalCommunicator(local, remote)
+
+    def _auto_choices(self) -> list[str]:
+        """comm=auto: choose now for the trainer's own messages (each gradient bucket, and in
+        reduce mode each bucket of weights broadcast back), so the first lines can say what
+        runs and why."""
+        autos = [
+            c
+            for c in (self.comm, getattr(self.comm, "local", None), getattr(self.comm, "remote", None))
+            if isinstance(c, AutoCommunicator)
+        ]
+        reduction = "allreduce" if self.cfg.trainer.sync == "allreduce" else "reduce"
+        for start, stop in self.buckets:
+            for auto in autos:
+                auto.prepare(reduction, (stop - start) * self.grad_dtype.itemsize)
+                if reduction == "reduce":
+                    auto.prepare("broadcast", (stop - start) * self.replicas.params[0].element_size())
+        return [line for auto in autos for line in auto.describe()]
 
     @staticmethod
     def _per_device_batch(t: DictConfig, p: int) -> int:
@@ -450,6 +469,11 @@ class Trainer:
         timer = PhaseTimer(self.devices)
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
+        chosen = self._auto_choices()
+        for line in chosen:
+            progress.message(f"comm auto: {line}")
+        if chosen:
+            log.text("comm/auto", "\n\n".join(chosen))
         history: list[dict[str, float]] = []
         interval: list[dict[str, float]] = []
         eval_loss = eval_acc = None
