@@ -203,18 +203,19 @@ class Trainer:
         """comm=auto: choose now for the trainer's own messages (each gradient bucket, and in
         reduce mode each bucket of weights broadcast back), so the first lines can say what
         runs and why."""
-        autos = [
-            c
-            for c in (self.comm, getattr(self.comm, "local", None), getattr(self.comm, "remote", None))
-            if isinstance(c, AutoCommunicator)
-        ]
+        where = {
+            "": self.comm,
+            "inside the process, ": getattr(self.comm, "local", None),
+            "across processes, ": getattr(self.comm, "remote", None),
+        }
+        autos = {prefix: c for prefix, c in where.items() if isinstance(c, AutoCommunicator)}
         reduction = "allreduce" if self.cfg.trainer.sync == "allreduce" else "reduce"
         for start, stop in self.buckets:
-            for auto in autos:
+            for auto in autos.values():
                 auto.prepare(reduction, (stop - start) * self.grad_dtype.itemsize)
                 if reduction == "reduce":
                     auto.prepare("broadcast", (stop - start) * self.replicas.params[0].element_size())
-        return [line for auto in autos for line in auto.describe()]
+        return [prefix + line for prefix, auto in autos.items() for line in auto.describe()]
 
     @staticmethod
     def _per_device_batch(t: DictConfig, p: int) -> int:
