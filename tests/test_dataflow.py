@@ -225,6 +225,11 @@ def test_staging_buffers_are_reused_from_call_to_call():
     pool.give(torch.device("cpu"), first)
     assert pool.take(torch.device("cpu"), 64) is first
     assert pool.take(torch.device("cpu"), 64) is not first
+    pool.give(torch.device("cpu"), first)
+    assert pool.take(torch.device("cpu"), 16) is first  # a larger buffer serves a smaller segment
+    pool.give(torch.device("cpu"), first)
+    bigger = pool.take(torch.device("cpu"), 128)  # too small: dropped, not kept beside the new one
+    assert bigger.numel() == 128 and pool._free[torch.device("cpu")] == []
 
 
 def test_the_profile_accounts_for_every_call_and_message():

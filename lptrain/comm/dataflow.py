@@ -77,17 +77,25 @@ def rank_program(schedule: Schedule, rank: int, segment: int) -> tuple[Action, .
 
 
 class StagingPool:
-    """Receive buffers kept from call to call (a fresh large buffer page-faults every time)."""
+    """Receive buffers kept from call to call (a fresh large buffer page-faults every time).
+
+    A buffer serves any segment up to its size; one too small for a request is dropped
+    rather than kept, so the pool holds at most the window's worth of the largest segment
+    in use, whatever mix of message sizes comes through."""
 
     def __init__(self) -> None:
-        self._free: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
+        self._free: dict[torch.device, list[torch.Tensor]] = {}
 
     def take(self, device: torch.device, nbytes: int) -> torch.Tensor:
-        free = self._free.setdefault((device, nbytes), [])
-        return free.pop() if free else torch.empty(nbytes, dtype=torch.uint8, device=device)
+        free = self._free.setdefault(device, [])
+        while free:
+            buffer = free.pop()
+            if buffer.numel() >= nbytes:
+                return buffer
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
     def give(self, device: torch.device, buffer: torch.Tensor) -> None:
-        self._free.setdefault((device, buffer.numel()), []).append(buffer)
+        self._free.setdefault(device, []).append(buffer)
 
 
 @dataclass
