@@ -46,10 +46,15 @@ class Action:
     stop: int
     kind: Kind
     in_place: bool  # a copying receive that may land in its destination (no same-step send reads it)
+    # (receives that are not in place, adding ones among them, land in a staging buffer)
     after: int  # the last earlier action touching these elements (-1: none)
 
     def overlaps(self, start: int, stop: int) -> bool:
-        return self.start < stop and start < self.stop
+        return _overlap(self.start, self.stop, start, stop)
+
+
+def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
+    return a0 < b1 and b0 < a1
 
 
 def rank_program(schedule: Schedule, rank: int, segment: int) -> tuple[Action, ...]:
@@ -65,13 +70,13 @@ def rank_program(schedule: Schedule, rank: int, segment: int) -> tuple[Action, .
             for a in range(t.start, t.stop, segment):
                 raw.append((number, True, t.dst, a, min(a + segment, t.stop), t.kind, False))
         for t in recvs:
-            clash = any(s.start < t.stop and t.start < s.stop for s in sends)
+            clash = any(_overlap(s.start, s.stop, t.start, t.stop) for s in sends)
             for a in range(t.start, t.stop, segment):
                 in_place = t.kind is Kind.COPY and not clash
                 raw.append((number, False, t.src, a, min(a + segment, t.stop), t.kind, in_place))
     actions: list[Action] = []
     for index, (number, send, peer, a, b, kind, in_place) in enumerate(raw):
-        after = next((j for j in range(index - 1, -1, -1) if raw[j][3] < b and a < raw[j][4]), -1)
+        after = next((j for j in range(index - 1, -1, -1) if _overlap(raw[j][3], raw[j][4], a, b)), -1)
         actions.append(Action(index, number, send, peer, a, b, kind, in_place, after))
     return tuple(actions)
 
@@ -202,8 +207,8 @@ def run_program(
         posting += clock() - t0
         return handle
 
-    def post(a: Action, in_place: bool) -> None:
-        if in_place:
+    def post(a: Action) -> None:
+        if a.in_place:
             handle = timed(irecv, raw[a.start * size : a.stop * size], a.peer)
             posted.append(_Posted(a, handle, None))
         else:
@@ -213,8 +218,6 @@ def run_program(
 
     def can_post_in_place(a: Action, cursor: int) -> bool:
         """Nothing earlier still reads or writes the elements (posting it early is then safe)."""
-        if not a.in_place:
-            return False
         if a.after < 0:
             return True
         if a.after >= cursor:  # an earlier action touching them has not even been issued
@@ -229,9 +232,9 @@ def run_program(
         while lookahead < len(program) and len(posted) < window:
             a = program[lookahead]
             if not a.send:
-                if a.kind is Kind.COPY and a.in_place and not can_post_in_place(a, cursor + 1):
+                if a.in_place and not can_post_in_place(a, cursor + 1):
                     return  # posting it staged would cost a copy; it waits for its turn instead
-                post(a, a.kind is Kind.COPY and a.in_place)
+                post(a)
             lookahead += 1
 
     step = -1
@@ -244,10 +247,10 @@ def run_program(
             apply_through(a)
             sending[a.index] = (a, timed(isend, raw[a.start * size : a.stop * size], a.peer))
         elif cursor >= lookahead:  # not posted by the look-ahead: post it now
-            if a.kind is Kind.COPY and a.in_place:
+            if a.in_place:
                 apply_through(a)
                 finish_sends(a.start, a.stop, a.index)
-            post(a, a.kind is Kind.COPY and a.in_place)
+            post(a)
             lookahead = cursor + 1
         while len(posted) > window:
             apply_oldest()

@@ -40,12 +40,6 @@ def bind_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Te
     return calls
 
 
-def run_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor]) -> None:
-    """Run ``plan`` on flat CPU tensors, one per rank, in place (in schedule order)."""
-    for call in bind_cpu(plan, inputs, work):
-        call()
-
-
 class CudaLinks:
     """One CUDA stream per link direction and end: ``(src_rank, dst_rank, device)``."""
 

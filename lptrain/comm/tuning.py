@@ -70,8 +70,7 @@ class TuningTable:
             ) from None
         except (OSError, ValueError) as err:
             raise CollectiveInputError(f"tuning file {str(path)!r} is not readable JSON: {err}") from None
-        table = cls.from_dict(data, str(path))
-        return table
+        return cls.from_dict(data, str(path))
 
     @classmethod
     def from_dict(cls, data: Any, path: str | None = None) -> TuningTable:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,7 @@ def _package_header(text: str) -> str | None:
 
 
 def register_recipes() -> None:
-    """Store every recipe file in Hydra's ConfigStore as group ``recipe`` (idempotent)."""
+    """Store every recipe file in Hydra's ConfigStore as group ``recipe``."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
@@ -74,8 +75,12 @@ def register_recipes() -> None:
         store.store(group=RECIPE_GROUP, name=path.stem, node=node, package=_package_header(text))
 
 
+@cache
 def register_all() -> None:
-    """The schemas and the recipes: what Hydra needs besides the configs folder."""
+    """The schemas and the recipes: what Hydra needs besides the configs folder.
+
+    Once per process: Hydra's ConfigStore keeps what is stored, so composing many jobs
+    (a sweep's preflight) does not read and parse the recipe files again for each."""
     from lptrain.settings.schema import register
 
     register()

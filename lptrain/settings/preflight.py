@@ -13,8 +13,6 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 
-from omegaconf import DictConfig
-
 from lptrain.settings.checks import check_config
 from lptrain.settings.errors import ConfigError
 from lptrain.settings.locations import compose_config, register_all
@@ -40,11 +38,6 @@ def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
     return list(itertools.chain.from_iterable(batches))
 
 
-def compose_job(overrides: Sequence[str]) -> DictConfig:
-    """The configuration one job would get (without Hydra's own node)."""
-    return compose_config(overrides)
-
-
 def preflight(args: Sequence[str]) -> int:
     """Compose and check every job of ``args``; the number of jobs checked. Raises ``ConfigError``."""
     register_all()
@@ -56,7 +49,7 @@ def preflight(args: Sequence[str]) -> int:
         return 0
     for overrides in jobs:
         try:
-            cfg = compose_job(overrides)
+            cfg = compose_config(overrides)
         except Exception as err:
             raise ConfigError(one_line(err)) from None
         check_config(cfg)
