@@ -242,6 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the measured rows as a tuning file for comm=auto (lptrain comm=auto comm.options.tuning=FILE)",
     )
     p.add_argument("--tuning", metavar="FILE", help="the tuning file --algo auto reads (default: the simulator picks)")
+    p.add_argument(
+        "--reduce-kernel",
+        default=None,
+        help="CUDA, one process: how lp/mst/be/ring add another GPU's blocks: auto, peer, staged, or a list "
+        "(peer,staged: one row each, ring/peer and ring/staged)",
+    )
     return p
 
 

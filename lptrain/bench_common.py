@@ -129,7 +129,24 @@ def algo_variants(wanted: list[str], args) -> dict[str, tuple[str, dict]]:
             variants[algo] = ("auto", {"tuning": args.tuning} if getattr(args, "tuning", None) else {})
         else:
             variants[algo] = (algo, {})
-    return variants
+    return _with_reduce_kernels(variants, getattr(args, "reduce_kernel", None))
+
+
+def _with_reduce_kernels(variants: dict[str, tuple[str, dict]], spec: str | None) -> dict[str, tuple[str, dict]]:
+    """``--reduce-kernel peer,staged``: each schedule's row once per reduction path."""
+    if not spec:
+        return variants
+    from lptrain.comm.peer_kernel import check_reduce_kernel
+
+    kernels = [check_reduce_kernel(k.strip()) for k in spec.split(",") if k.strip()]
+    out: dict[str, tuple[str, dict]] = {}
+    for label, (name, options) in variants.items():
+        if name not in ("lp", "mst", "be", "ring"):
+            out[label] = (name, options)
+            continue
+        for kernel in kernels:
+            out[label if len(kernels) == 1 else f"{label}/{kernel}"] = (name, {**options, "reduce_kernel": kernel})
+    return out
 
 
 def save_tuning(

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from lptrain import bench_common as common
 from lptrain.comm import build_communicator
+from lptrain.train.launch import local_rank
 
 SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring", "auto")
 
@@ -114,11 +115,22 @@ def _time(fn, calls: int, device: torch.device) -> float:
     return _slowest((time.perf_counter() - t0) / calls, device)
 
 
+def join_process_group() -> None:
+    """NCCL where there are GPUs, each process on ``cuda:LOCAL_RANK`` set before the group
+    starts (see ``lptrain.train.launch``); gloo on the CPU."""
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
+
+
 def run_distributed(args: argparse.Namespace) -> list[common.Row]:
     if launched_by_mpirun():
         _join_from_mpirun()
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        join_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.get_backend()
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if backend == "nccl" else torch.device("cpu")
@@ -139,6 +151,9 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
         elif rank == 0:
             print("# mpi: skipped: needs CPU tensors, mpi4py, and a launch by mpirun (mpirun -np N lptrain-bench ...)")
     comms = {a: _build(a, args) for a in algos}
+    for algo, comm in comms.items():
+        if getattr(comm, "link", None) is not None and rank == 0 and not args.quiet:
+            print(f"# {algo}: block_size=auto sized for this transport as measured: {comm.link.describe()}")
     label = {a: (backend if a == "native" else a) for a in algos}
     ops = ["allreduce", "broadcast", "reduce"] if args.op == "all" else [args.op]
     out = __import__("sys").stdout if rank == 0 and not args.quiet else None

@@ -28,7 +28,7 @@ SPECS = {
     "vgg16": ModelSpec("vgg16", 3, 32, False),
 }
 NAMES = tuple(SPECS)
-INITS = ("default", "kaiming")
+INITS = ("default", "kaiming", "kaiming_in")
 
 
 class SmallCNN(nn.Module):
@@ -85,14 +85,21 @@ def build_model(name: str, num_classes: int, image_size: int, init: str = "defau
         model = tvm.googlenet(weights=None, num_classes=num_classes, aux_logits=True, init_weights=True)
     else:
         model = tvm.vgg16(weights=None, num_classes=num_classes)
-    if init == "kaiming":
-        kaiming_init(model)
+    if init in ("kaiming", "kaiming_in"):
+        kaiming_init(model, mode="fan_out" if init == "kaiming" else "fan_in")
     return model
 
 
-def kaiming_init(model: nn.Module) -> None:
+def kaiming_init(model: nn.Module, mode: str = "fan_out") -> None:
     """The initialisation torchvision gives its VGG, applied to any network: He-normal
     convolutions (fan-out, ReLU gain), linear layers drawn from N(0, 0.01), zero biases.
+
+    ``mode="fan_in"`` (``model.init=kaiming_in``) draws the convolutions as He et al. (2015)
+    did, the scheme with which they trained 22- and 30-layer VGG-style stacks without batch
+    norm from scratch: it keeps each layer's output variance, where fan-out keeps the
+    gradient's. Through VGG-16's thirteen convolutions on the digits at 32 px the
+    activations then stay near std 1 (0.5 after the last) instead of shrinking to 0.04,
+    and the logits start at a usable scale.
 
     PyTorch's default (uniform, fan-in, gain 1/sqrt(3)) shrinks the signal layer by layer
     (in AlexNet on the digits: std 0.35 after the first convolution, 0.017 after the
@@ -106,7 +113,7 @@ def kaiming_init(model: nn.Module) -> None:
     with torch.no_grad():
         for layer in model.modules():
             if isinstance(layer, nn.Conv2d):
-                nn.init.kaiming_normal_(layer.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.kaiming_normal_(layer.weight, mode=mode, nonlinearity="relu")
             elif isinstance(layer, nn.Linear):
                 nn.init.normal_(layer.weight, 0.0, 0.01)
             else:

@@ -149,13 +149,26 @@ def resolved(cfg) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def same_config(kept: dict, now: dict, overrides: list[str]) -> bool:
+    """Whether a kept run trained this configuration: equal, or equal apart from options
+    added to lptrain since, which this run leaves at their defaults (those change nothing
+    the kept run did; an option the run sets, or any changed value, trains anew)."""
+    from lptrain.settings.schema import flatten
+
+    old, new = flatten(kept), flatten(now)
+    named = {o.lstrip("+").split("=", 1)[0] for o in overrides}
+    added = set(new) - set(old)
+    return set(old) <= set(new) and all(old[k] == new[k] for k in old) and not added & named
+
+
 def cached(spec: RunSpec, devices: int, work: Path) -> RunResult | None:
-    """A finished run of exactly this configuration (an edited recipe or option trains anew)."""
+    """A finished run of this configuration (an edited recipe or option trains anew)."""
     path = work / spec.key / "result.json"
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    if data.get("config") != resolved(compose_config(spec.hydra_overrides(devices))):
+    overrides = spec.hydra_overrides(devices)
+    if not same_config(data.get("config") or {}, resolved(compose_config(overrides)), overrides):
         print(f"{spec.key}: the kept run had another configuration, training it again", flush=True)
         return None
     data["losses"] = {int(k): v for k, v in data["losses"].items()}
@@ -307,14 +320,19 @@ def report(
             yardstick = max_difference(control, reference)
             others = [(label(r), max_difference(r, reference)) for r in results[1:] if r is not control]
             worst = max(others, key=lambda x: x[1], default=None)
-            lines.append(
-                f"Reordering alone (the control) moves the loss by up to {yardstick:.2e} over {short} steps; "
-                + (
+            if worst and yardstick > 0:
+                verdict = (
                     f"the largest distance of any communicator is {worst[1]:.2e} ({worst[0]}), "
                     f"{worst[1] / yardstick:.1f}x the control."
-                    if worst and yardstick > 0
-                    else "every communicator matches lp exactly."
                 )
+            elif worst and worst[1] > 0:
+                verdict = f"yet {worst[0]} is {worst[1]:.2e} away: more than reordering explains."
+            else:
+                verdict = "every communicator matches lp exactly."
+            if str(reference.devices).startswith("2 x ") or str(reference.devices).count(",") == 1:
+                verdict += " (With two replicas every algorithm adds the same two numbers: a + b = b + a.)"
+            lines.append(
+                f"Reordering alone (the control) moves the loss by up to {yardstick:.2e} over {short} steps; " + verdict
             )
             lines.append("")
         twins = identical_curves(results)

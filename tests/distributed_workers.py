@@ -120,3 +120,18 @@ def fault(rank: int, world: int, store: str, out: str, how: str = "die") -> None
         os._exit(0)  # the group is broken: leave without the collective shutdown
     Path(out, f"rank{rank}.txt").write_text("no error")
     os._exit(0)
+
+
+def measured_blocks(rank: int, world: int, store: str, out: str) -> None:
+    """LP with automatic blocks measures the transport; every rank must cut alike."""
+    join(rank, world, store)
+    comm = build_communicator("lp", process_group=dist.group.WORLD, timeout_s=30)
+    link = comm.link
+    assert link is not None and link.alpha_s > 0 and link.beta_s_per_byte > 0
+    blocks = [comm.schedule("allreduce", n).num_steps for n in (1 << 10, 1 << 20, 1 << 24)]
+    t = inputs(rank, 100_003, torch.float32, 5)
+    parts = [inputs(r, 100_003, torch.float32, 5) for r in range(world)]
+    comm.allreduce(t)
+    check_close(t, sum(p.double() for p in parts), parts, "lp with measured blocks")
+    Path(out, f"rank{rank}.txt").write_text(f"{link.alpha_s!r} {link.beta_s_per_byte!r} {blocks}")
+    dist.destroy_process_group()

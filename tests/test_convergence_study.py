@@ -84,3 +84,20 @@ def test_bad_arguments_are_refused_with_the_valid_choices(tmp_path):
         assert out.returncode == 2, (args, out.stderr)
         assert words in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+def test_a_kept_run_is_reused_only_for_the_same_configuration():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convergence_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    kept = {"comm": {"name": "lp", "options": {"block_size": "auto"}}, "optim": {"lr": 0.01}}
+    grown = {"comm": {"name": "lp", "options": {"block_size": "auto", "reduce_kernel": "auto"}}, "optim": {"lr": 0.01}}
+    assert module.same_config(kept, kept, ["comm=lp"])
+    assert module.same_config(kept, grown, ["comm=lp"])  # an option added since, at its default
+    assert not module.same_config(kept, grown, ["comm=lp", "comm.options.reduce_kernel=auto"])  # set by the run
+    changed = {**grown, "optim": {"lr": 0.02}}
+    assert not module.same_config(kept, changed, ["comm=lp"])
+    assert not module.same_config(grown, kept, ["comm=lp"])  # an option the kept run had is gone

@@ -93,3 +93,115 @@ def test_nccl_matches_the_reference():
 def test_nccl_refuses_a_shared_gpu():
     with pytest.raises(ValueError, match="distinct GPUs"):
         build_communicator("nccl", ["cuda:0", "cuda:0"])
+
+
+# -- the reduction paths (issue 13) ---------------------------------------------------------------
+def _has_cupy() -> bool:
+    from lptrain.comm.peer_kernel import cupy_available
+
+    return cupy_available()
+
+
+@pytest.mark.skipif(not _has_cupy(), reason="needs CuPy (the gpu extra)")
+@pytest.mark.parametrize("kernel", ["peer", "staged"])
+@pytest.mark.parametrize("key", ["lp", "mst", "be", "ring"])
+def test_both_reduction_paths_match_the_reference(key, kernel):
+    """With replicas sharing one GPU the peer kernel reads "across" within the GPU: the
+    same kernel, launched on the receiver's link stream."""
+    devices = _device_lists()[0]
+    p = len(devices)
+    comm = build_communicator(key, devices, reduce_kernel=kernel)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64):
+        for count in (1, 7, 4099, 1_000_003):
+            inputs = make_inputs(p, count, dtype)
+            tensors = [t.to(d) for t, d in zip(inputs, devices)]
+            comm.allreduce(tensors)
+            for t in tensors:
+                assert_close_to_sum(t, inputs, what=f"{key} {kernel} {dtype} {count}")
+            tensors = [t.to(d) for t, d in zip(inputs, devices)]
+            comm.reduce(tensors, root=p - 1)
+            assert_close_to_sum(tensors[p - 1], inputs, what=f"{key} {kernel} reduce {dtype} {count}")
+    if kernel == "peer":
+        assert any("peer" in line for line in comm.kernel_choices())
+
+
+def test_auto_says_what_each_gpu_pair_uses():
+    comm = build_communicator("lp", _device_lists()[0])
+    lines = comm.kernel_choices()
+    assert lines and all(line.startswith("reduce_kernel cuda:") for line in lines)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2 if torch.cuda.is_available() else True, reason="needs two GPUs")
+def test_auto_measures_distinct_gpus_with_peer_access():
+    comm = build_communicator("ring", _distinct_gpus()[:2])
+    lines = comm.kernel_choices()
+    assert any("cuda:0 -> cuda:1" in line for line in lines)
+
+
+def test_the_staged_path_keeps_one_buffer_per_link_across_calls():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("staging happens between distinct GPUs")
+    comm = build_communicator("mst", _distinct_gpus(), reduce_kernel="staged")
+    tensors = [torch.ones(1 << 24, device=d) for d in _distinct_gpus()]
+    comm.reduce(tensors, root=0)
+    buffers = dict(comm._links._staging)
+    comm.reduce(tensors, root=0)
+    torch.cuda.synchronize()
+    assert comm._links._staging.keys() == buffers.keys()
+    assert all(comm._links._staging[k] is buffers[k] for k in buffers)  # reused, not reallocated
+    from lptrain.comm.executor import STAGE_BYTES
+
+    assert all(b.numel() <= STAGE_BYTES for b in buffers.values())
+
+
+def test_a_failure_mid_plan_still_orders_the_callers_streams_after_the_queued_work(monkeypatch):
+    comm = build_communicator("ring", ["cuda:0"] * 4)
+    tensors = [torch.ones(1 << 22, device="cuda:0") for _ in range(4)]
+    comm.allreduce(tensors)  # links built
+    calls = {"n": 0}
+    real = comm._links.kernel
+
+    def failing(src, dst):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("out of memory (simulated)")
+        return real(src, dst)
+
+    monkeypatch.setattr(comm._links, "kernel", failing)
+    with pytest.raises(RuntimeError, match="simulated"):
+        comm.allreduce(tensors)
+    marker = torch.cuda.Event()
+    marker.record(torch.cuda.current_stream())
+    marker.synchronize()
+    assert all(s.query() for s in comm._links.all_streams())  # the current stream waited for them all
+
+
+def test_nccl_refuses_int16_clearly():
+    from lptrain.comm.errors import CollectiveInputError
+
+    comm = build_communicator("nccl", _distinct_gpus()[:1])
+    with pytest.raises(CollectiveInputError, match="int16 is not supported by nccl"):
+        comm.allreduce([torch.zeros(4, dtype=torch.int16, device="cuda:0")])
+
+
+def test_replicas_sharing_a_gpu_draw_different_dropout_masks():
+    from lptrain.train.seeding import replica_seed, seed_device
+
+    masks = []
+    for replica in range(2):
+        seed_device(torch.device("cuda:0"), replica_seed(0, 1, replica))
+        masks.append(torch.nn.functional.dropout(torch.ones(4096, device="cuda:0"), 0.5))
+    assert not torch.equal(masks[0], masks[1])
+
+
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_a_replayed_graph_sums_each_calls_new_data(mode):
+    comm = build_communicator("lp", ["cuda:0"] * 4, block_size="64K", cuda_graph=mode)
+    tensors = [torch.empty(300_001, device="cuda:0") for _ in range(4)]
+    for call in range(4):  # the same memory every call, as a training loop's buffers
+        for r, t in enumerate(tensors):
+            t.fill_(float(r + call))
+        comm.allreduce(tensors)
+        expected = float(sum(r + call for r in range(4)))
+        assert all(torch.equal(t, torch.full_like(t, expected)) for t in tensors), call
+    assert any(line.startswith("cuda_graph allreduce of 300001 x float32:") for line in comm.kernel_choices())

@@ -78,3 +78,32 @@ def test_distributed_options_are_checked():
         build_communicator("lp", ["cpu"], process_group=object())
     with pytest.raises(CollectiveInputError, match="needs devices"):
         build_communicator("lp")
+
+
+def test_lp_sizes_its_blocks_for_the_measured_transport_and_every_rank_agrees(tmp_path):
+    mp.spawn(workers.measured_blocks, args=(3, str(tmp_path / "store"), str(tmp_path)), nprocs=3)
+    seen = {(tmp_path / f"rank{r}.txt").read_text() for r in range(3)}
+    assert len(seen) == 1, seen  # the same figures, so the same blocks, on every rank
+
+
+def test_a_link_cost_comes_from_a_small_and_a_large_exchange():
+    from lptrain.comm.algorithms import lp
+    from lptrain.comm.registry import lp_builders
+    from lptrain.comm.transport import LinkCost, link_cost
+
+    cost = link_cost(50e-6, 50e-6 + (4 << 20) / 2e9)
+    assert cost.alpha_s == 50e-6 and cost.beta_s_per_byte == pytest.approx(1 / 2e9)
+    assert cost.describe() == "50 us per message, 2.00 GB/s"
+    noisy = link_cost(2.6e-3, 2.0e-3)  # the large exchange no slower than the small one
+    assert noisy.beta_s_per_byte == pytest.approx(2.0e-3 / (4 << 20))  # a finite bandwidth, not 1000 GB/s
+    # The blocks follow the figures: a dearer message means fewer, larger blocks.
+    n = 64 << 20
+    cheap, dear = LinkCost(10e-6, 1 / 2e9), LinkCost(200e-6, 1 / 2e9)
+    blocks = {}
+    for name, link in (("cheap", cheap), ("dear", dear)):
+        builders, _ = lp_builders(8, True, link=link)
+        blocks[name] = builders["allreduce"](8, n // 4, None, 4).num_steps
+    assert blocks["dear"] < blocks["cheap"]
+    assert lp.optimal_block_bytes(n, 8, dear.alpha_s, dear.beta_s_per_byte) > lp.optimal_block_bytes(
+        n, 8, cheap.alpha_s, cheap.beta_s_per_byte
+    )

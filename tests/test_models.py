@@ -41,3 +41,22 @@ def test_kaiming_init_keeps_alexnets_signal_alive_where_the_default_shrinks_it()
 def test_an_unknown_init_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="unknown model.init 'orthogonal'; valid choices: default, kaiming"):
         build_model("small", 10, 28, init="orthogonal")
+
+
+def test_kaiming_in_draws_vggs_convolutions_by_fan_in_and_keeps_its_signal_through_thirteen():
+    """Why the VGG-16 recipe uses it: through thirteen convolutions at 32 px torchvision's
+    fan-out scheme shrinks the activations about fivefold; fan-in keeps them."""
+    x = torch.randn(4, 3, 32, 32)
+    last = {}
+    for init in ("kaiming", "kaiming_in"):
+        torch.manual_seed(0)
+        model = build_model("vgg16", 10, 32, init=init)
+        for layer in model.modules():
+            if isinstance(layer, nn.Conv2d) and init == "kaiming_in":
+                fan_in = layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
+                assert layer.weight.std().item() == pytest.approx((2 / fan_in) ** 0.5, rel=0.1)
+            elif isinstance(layer, nn.Linear):
+                assert layer.weight.std().item() == pytest.approx(0.01, rel=0.1)
+        with torch.no_grad():
+            last[init] = (model.features(x).std() / model.features[1](model.features[0](x)).std()).item()
+    assert last["kaiming"] < 0.4 < last["kaiming_in"]

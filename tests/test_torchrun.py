@@ -121,6 +121,25 @@ def test_bench_under_torchrun_compares_the_schedules_with_the_backend(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     rows = json.loads(out.read_text())
     assert {r["algo"] for r in rows} == {"lp", "mst", "be", "ring", "gloo"}
+    assert "# lp: block_size=auto sized for this transport as measured:" in run.stdout
     assert {r["op"] for r in rows} == {"allreduce", "broadcast", "reduce"}
     assert all(r["wrong"] == 0 and r["devices"] == 3 for r in rows)
     assert "mpi: skipped" in run.stdout
+
+
+def test_one_torchrun_process_joins_its_group_and_trains_like_a_plain_run(tmp_path):
+    """What scripts/gpu_check.sh does with NCCL on a single GPU, here with gloo."""
+    run = torchrun(
+        1, "-m", "lptrain", "trainer.devices=cpu*2", *TRAIN, f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "replicas        identical" in run.stdout
+    plain = subprocess.run(
+        [sys.executable, "-m", "lptrain", "trainer.devices=cpu*2", *TRAIN, f"hydra.run.dir={tmp_path / 'plain'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert torch.equal(lptrain_params(tmp_path / "one"), lptrain_params(tmp_path / "plain"))

@@ -329,3 +329,17 @@ def test_the_summary_progress_eval_and_interval_means_are_printed_and_logged(tmp
     assert [m["step"] for m in logged] == [3, 6] and [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
     assert logged[0]["loss"] == pytest.approx(sum(s["loss"] for s in steps[:3]) / 3)
     assert logged[1]["comm_ms"] == pytest.approx(sum(s["comm_ms"] for s in steps[3:]) / 3)
+
+
+@pytest.mark.parametrize("overlap", ["true", "false"])
+def test_a_finished_trainer_is_freed_so_runs_in_one_process_do_not_pile_up(tmp_path, overlap):
+    """A Hydra sweep and the convergence study run one trainer after another in a process;
+    the overlap's gradient hooks once kept every finished trainer and its replicas alive."""
+    import gc
+    import weakref
+
+    trainer, _ = train(tmp_path, "trainer.steps=2", f"trainer.overlap={overlap}", "trainer.bucket_mb=0.01")
+    gone = weakref.ref(trainer)
+    del trainer, _
+    gc.collect()
+    assert gone() is None

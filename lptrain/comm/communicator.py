@@ -16,9 +16,11 @@ from typing import Any
 
 import torch
 
+from lptrain.comm.cuda_graph import GraphReplay, check_cuda_graph
 from lptrain.comm.devices import parse_devices
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.executor import CudaLinks, bind_cpu, run_cuda
+from lptrain.comm.peer_kernel import choose_kernel
 from lptrain.comm.plan import Plan, compile_plan
 from lptrain.comm.schedule import Schedule
 
@@ -34,6 +36,23 @@ SUPPORTED_DTYPES = (
     torch.int64,
 )
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+# NCCL has no 16-bit integer type (ncclInt8/Uint8/Int32/Uint32/Int64/Uint64 and the floats):
+# an int16 tensor makes torch's NCCL bindings fail with "Unconvertible NCCL type".
+NCCL_DTYPES = tuple(d for d in SUPPORTED_DTYPES if d is not torch.int16)
+
+
+def backend_dtypes(backend: str) -> tuple[torch.dtype, ...]:
+    """The dtypes a torch.distributed backend (or the single-process nccl) can move."""
+    return NCCL_DTYPES if backend == "nccl" else SUPPORTED_DTYPES
+
+
+def check_dtype(dtype: torch.dtype, valid: Sequence[torch.dtype], who: str = "") -> None:
+    """A clear refusal of a dtype the algorithm or its transport cannot move."""
+    if dtype not in valid:
+        names = ", ".join(str(d).removeprefix("torch.") for d in valid)
+        raise CollectiveInputError(f"dtype {dtype} is not supported{who}; valid dtypes: {names}")
+
+
 REDUCE_OPS = ("sum", "avg")
 
 
@@ -41,6 +60,7 @@ class Communicator(ABC):
     """In-place broadcast, reduce and allreduce over ``tensors[i]`` on ``devices[i]``."""
 
     name: str = "?"
+    dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES  # what the transport can move
 
     def __init__(self, devices: Sequence[str | torch.device], *, accumulate_fp32: bool = True) -> None:
         self.devices = parse_devices(devices)
@@ -131,9 +151,7 @@ class Communicator(ABC):
             if not isinstance(t, torch.Tensor):
                 raise CollectiveInputError(f"tensors[{i}] is a {type(t).__name__}, not a torch.Tensor")
         first = tensors[0]
-        if first.dtype not in SUPPORTED_DTYPES:
-            valid = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
-            raise CollectiveInputError(f"dtype {first.dtype} is not supported; valid dtypes: {valid}")
+        check_dtype(first.dtype, self.dtypes, f" by {self.name}" if self.dtypes is not SUPPORTED_DTYPES else "")
         for i, t in enumerate(tensors):
             if t.shape != first.shape:
                 raise CollectiveInputError(
@@ -196,14 +214,32 @@ class ScheduleCommunicator(Communicator):
         *,
         accumulate_fp32: bool = True,
         options: dict[str, Any] | None = None,
+        reduce_kernel: str = "auto",
+        cuda_graph: str = "auto",
     ) -> None:
         super().__init__(devices, accumulate_fp32=accumulate_fp32)
         self.name = name
-        self.options = dict(options or {})
+        on_cuda = self.devices[0].type == "cuda"
+        if not on_cuda:  # refuses peer clearly; the CPU's add reads the other tensor in place anyway
+            choose_kernel(reduce_kernel, cuda=False, have_cupy=False, peer_access=False)
+        self.options = {**(options or {}), "reduce_kernel": reduce_kernel, "cuda_graph": check_cuda_graph(cuda_graph)}
         self._builders = builders
         self._plans: dict[tuple, Plan] = {}
         self._bound: OrderedDict[tuple, list] = OrderedDict()  # plans bound to tensors, most recent last
-        self._links = CudaLinks(self.devices) if self.devices[0].type == "cuda" else None
+        self._links = CudaLinks(self.devices, reduce_kernel) if on_cuda else None
+        self._graphs = GraphReplay(cuda_graph, self.devices) if on_cuda else None
+
+    def kernel_choices(self) -> list[str]:
+        """On CUDA: the reduction path of every pair of GPUs (measured now where
+        ``reduce_kernel=auto`` needs it), one line each; nothing on the CPU."""
+        if self._links is None:
+            return []
+        gpus = list(dict.fromkeys(self.devices))
+        for src in gpus:
+            for dst in gpus:
+                self._links.kernel(src, dst)
+        graphs = [f"cuda_graph {plan}: {how}" for plan, how in self._graphs.decisions.items()]
+        return self._links.describe() + graphs
 
     def schedule(self, op: str, count: int, root: int | None = 0, dtype: torch.dtype = torch.float32) -> Schedule:
         """The schedule this communicator runs for ``op`` on ``count`` elements of ``dtype``."""
@@ -233,7 +269,9 @@ class ScheduleCommunicator(Communicator):
             for call in self._bind(plan, flat, work):
                 call()
         else:
-            run_cuda(plan, flat, work, self._links)
+            label = f"{op} of {n} x {str(dtype).removeprefix('torch.')}"
+            written = [*flat, *(work[r] for r in plan.work_ranks)]
+            self._graphs.run(id(plan), label, written, lambda: run_cuda(plan, flat, work, self._links))
 
     BOUND_PLANS = 8  # how many (plan, tensors) bindings to keep
 

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lptrain.comm.communicator import HALF_DTYPES, REDUCE_OPS, SUPPORTED_DTYPES
+from lptrain.comm.communicator import HALF_DTYPES, REDUCE_OPS, SUPPORTED_DTYPES, backend_dtypes, check_dtype
 from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_program
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.schedule import Schedule
@@ -50,6 +50,19 @@ class CollectiveError(RuntimeError):
 
 class DesyncError(CollectiveError):
     """The ranks did not all call the same collective on the same kind of tensor."""
+
+
+def wait_timeout(backend: str, timeout: datetime.timedelta) -> datetime.timedelta | None:
+    """The timeout to give each message's ``wait``, or None for none.
+
+    On NCCL a ``wait`` with a timeout polls from the host, sleeping 1 ms between looks, so
+    every step of a schedule would cost at least a millisecond (an LP allreduce of VGG-16
+    over 8 GPUs has some 155 steps). A plain ``wait`` only orders the current stream after
+    the message, and a dead or stalled peer is still caught: by the process group's own
+    timeout, which its watchdog enforces (``init_process_group(timeout=...)``; the trainer
+    passes ``trainer.comm_timeout_s``). Gloo's waits block anyway, so they keep the timeout.
+    """
+    return None if backend == "nccl" else timeout
 
 
 class DistributedCommunicator:
@@ -91,6 +104,7 @@ class DistributedCommunicator:
         self._programs: dict[tuple, tuple[Action, ...]] = {}
         self._pool = StagingPool()
         self.profile = Profile()  # where this rank's time went in the schedules' calls
+        self.link = None  # LP's automatic blocks: the measured transport they were sized for
         self._seq = 0
         self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
 
@@ -124,9 +138,10 @@ class DistributedCommunicator:
     def _check(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
         if not isinstance(tensor, torch.Tensor):
             raise CollectiveInputError(f"{op} takes this rank's tensor, got {type(tensor).__name__}")
-        if tensor.dtype not in SUPPORTED_DTYPES:
-            valid = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
-            raise CollectiveInputError(f"dtype {tensor.dtype} is not supported; valid dtypes: {valid}")
+        if self._builders is None:  # the backend's own collective; the schedules move raw bytes
+            check_dtype(tensor.dtype, backend_dtypes(self.backend), f" by the {self.backend} backend's own {op}")
+        else:
+            check_dtype(tensor.dtype, SUPPORTED_DTYPES)
         if not tensor.is_contiguous():
             raise CollectiveInputError(f"the tensor is not contiguous (strides {tensor.stride()}); pass t.contiguous()")
         if root is not None and (
@@ -203,8 +218,9 @@ class DistributedCommunicator:
         return dist.get_global_rank(self.group, rank) if self.group is not None else rank
 
     def _wait(self, work, what: str, fingerprint: dict[str, Any]) -> None:
+        timeout = wait_timeout(self.backend, self.timeout)
         try:
-            work.wait(self.timeout)
+            work.wait() if timeout is None else work.wait(timeout)
         except Exception as err:
             raise CollectiveError(
                 f"rank {self.rank}: {fingerprint['op']} #{fingerprint['seq']} ({self.name}) {what} failed after at "

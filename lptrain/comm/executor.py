@@ -5,7 +5,9 @@ dependencies is correct, and schedule order is one). On CUDA every link directio
 ``src -> dst`` gets its own stream (one on each end's device), each instruction waits on
 the events of the instructions it depends on and records an event when done, copies
 between devices are non-blocking peer copies, and reductions run on the receiving
-device. The links of a chain therefore really do work at the same time.
+device. The links of a chain therefore really do work at the same time. A block from
+another GPU is added through the link's staging buffer, or read in place by the
+one-pass peer kernel (``reduce_kernel``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from functools import partial
 
 import torch
 
+from lptrain.comm.peer_kernel import KernelChoice, check_reduce_kernel, choose_kernel, cupy_available
 from lptrain.comm.plan import Buf, Code, Plan
 
 
@@ -40,12 +43,26 @@ def bind_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Te
     return calls
 
 
-class CudaLinks:
-    """One CUDA stream per link direction and end: ``(src_rank, dst_rank, device)``."""
+STAGE_BYTES = 8 << 20  # a link's staging buffer: two halves, one filling while the other is added
 
-    def __init__(self, devices: Sequence[torch.device]) -> None:
+
+class CudaLinks:
+    """One CUDA stream per link direction and end, ``(src_rank, dst_rank, device)``, and
+    what each link keeps from call to call: its staging buffer and its reduction path.
+
+    ``reduce_kernel`` says how a block from another GPU is added: ``staged`` (copied into
+    the link's staging buffer by the copy engine, then added), ``peer`` (one kernel on the
+    receiver reads the sender's memory, ``lptrain.comm.peer_kernel``) or ``auto`` (both
+    measured once per GPU pair, the faster kept; see ``decisions``).
+    """
+
+    def __init__(self, devices: Sequence[torch.device], reduce_kernel: str = "auto") -> None:
         self.devices = tuple(devices)
+        self.reduce_kernel = check_reduce_kernel(reduce_kernel)
         self._streams: dict[tuple[int, int, int], torch.cuda.Stream] = {}
+        self._staging: dict[tuple[int, int], torch.Tensor] = {}
+        self.decisions: dict[tuple[int, int], KernelChoice] = {}  # (sender GPU, receiver GPU) -> path
+        self._reducer = None
 
     def stream(self, src: int, dst: int, device: torch.device) -> torch.cuda.Stream:
         key = (src, dst, device.index)
@@ -56,52 +73,170 @@ class CudaLinks:
     def all_streams(self) -> list[torch.cuda.Stream]:
         return list(self._streams.values())
 
+    def staging(self, src: int, dst: int, nbytes: int) -> torch.Tensor:
+        """Link ``src -> dst``'s staging bytes on the receiver, at least ``2 * min(nbytes,
+        STAGE_BYTES / 2)`` of them, kept for later calls (never one buffer per transfer)."""
+        want = 2 * min(-(-nbytes // 16) * 16, STAGE_BYTES // 2)
+        have = self._staging.get((src, dst))
+        if have is None or have.numel() < want:
+            have = torch.empty(want, dtype=torch.uint8, device=self.devices[dst])
+            self._staging[(src, dst)] = have
+        return have
+
+    def reducer(self):
+        if self._reducer is None:
+            from lptrain.comm.peer_kernel import PeerReducer
+
+            self._reducer = PeerReducer()
+        return self._reducer
+
+    def kernel(self, src_dev: torch.device, dst_dev: torch.device) -> str:
+        """``peer`` or ``staged`` for blocks from ``src_dev`` added on ``dst_dev``, decided once."""
+        key = (src_dev.index, dst_dev.index)
+        if key not in self.decisions:
+            self.decisions[key] = self._decide(src_dev, dst_dev)
+        return self.decisions[key].kernel
+
+    def _decide(self, src_dev: torch.device, dst_dev: torch.device) -> KernelChoice:
+        pair = f"{src_dev} -> {dst_dev}"
+        if src_dev == dst_dev:  # one GPU: a plain add is one pass already; peer runs the kernel to check it
+            if self.reduce_kernel == "peer":
+                choose_kernel("peer", cuda=True, have_cupy=cupy_available(), peer_access=True, pair=pair)
+                return KernelChoice("peer", "asked for (replicas share this GPU)")
+            return KernelChoice("staged", "replicas share this GPU: a plain add, nothing to stage")
+        have_cupy = cupy_available()
+        peer_access = torch.cuda.can_device_access_peer(dst_dev, src_dev)
+        timings = None
+        if self.reduce_kernel == "auto" and have_cupy and peer_access:
+            timings = measure_paths(self, src_dev, dst_dev)
+        return choose_kernel(
+            self.reduce_kernel,
+            cuda=True,
+            have_cupy=have_cupy,
+            peer_access=peer_access,
+            timings_ms=timings,
+            pair=pair,
+        )
+
+    def describe(self) -> list[str]:
+        """One line per GPU pair decided so far: the path and why."""
+        pairs = sorted(self.decisions.items())
+        return [f"reduce_kernel cuda:{s} -> cuda:{d}: {c.kernel} ({c.reason})" for (s, d), c in pairs]
+
+
+def staged_add(
+    out: torch.Tensor, base: torch.Tensor, src: torch.Tensor, stage: torch.Tensor, half_bytes: int | None = None
+) -> None:
+    """``out = base + src`` with ``src`` on another GPU, through ``stage`` (bytes on ``out``'s GPU).
+
+    Call with the link's streams current (the sender's on its GPU, the receiver's on
+    ``out``'s). The block goes in pieces through the two halves of ``stage``: piece k+1 is
+    copied while piece k is added. No event or ``record_stream`` is needed: a copy between
+    GPUs runs on the sender's current stream after the receiver's current stream has
+    reached it (so a half is refilled only after the add that read it), and the receiver's
+    stream waits for the copy before the add.
+    """
+    itemsize = out.element_size()
+    half = (half_bytes or stage.numel() // 2) // itemsize
+    halves = (stage[: half * itemsize].view(out.dtype), stage[half * itemsize : 2 * half * itemsize].view(out.dtype))
+    n = out.numel()
+    pieces = [(a, min(a + half, n)) for a in range(0, n, half)]
+
+    def fetch(k: int) -> torch.Tensor:
+        a, b = pieces[k]
+        buf = halves[k % 2][: b - a]
+        buf.copy_(src[a:b], non_blocking=True)
+        return buf
+
+    staged = fetch(0) if pieces else None
+    for k, (a, b) in enumerate(pieces):
+        following = fetch(k + 1) if k + 1 < len(pieces) else None
+        if base is out:
+            out[a:b].add_(staged)
+        else:
+            torch.add(base[a:b], staged, out=out[a:b])
+        staged = following
+
+
+def measure_paths(links: CudaLinks, src_dev: torch.device, dst_dev: torch.device, nbytes: int = 32 << 20) -> dict:
+    """Milliseconds per add of a float32 block of ``nbytes`` from ``src_dev`` into
+    ``dst_dev``, by each path, timed with CUDA events on fresh streams (``reduce_kernel=auto``)."""
+    n = nbytes // 4
+    src = torch.ones(n, device=src_dev)
+    out = torch.zeros(n, device=dst_dev)
+    s_src, s_dst = torch.cuda.Stream(device=src_dev), torch.cuda.Stream(device=dst_dev)
+    stage = torch.empty(STAGE_BYTES, dtype=torch.uint8, device=dst_dev)
+    reducer = links.reducer()
+    paths = {
+        "staged": lambda: staged_add(out, out, src, stage),
+        "peer": lambda: reducer.add(out, out, src, s_dst),
+    }
+    times = {}
+    with torch.cuda.stream(s_src), torch.cuda.stream(s_dst):
+        for name, run in paths.items():
+            run()  # warm-up: compilation, peer mappings
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record(s_dst)
+            for _ in range(5):
+                run()
+            end.record(s_dst)
+            end.synchronize()
+            times[name] = begin.elapsed_time(end) / 5
+    return times
+
 
 def run_cuda(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor], links: CudaLinks) -> None:
     """Run ``plan`` on flat CUDA tensors, one per rank, asynchronously with the host.
 
     On return the work is queued, and every device's current stream waits for it, so
-    later work on the current streams sees the results (as with any CUDA op). Scratch
-    buffers in ``work`` are only touched on link streams that first wait for the current
-    streams, so they may be reused from call to call.
+    later work on the current streams sees the results (as with any CUDA op); so it is
+    too when something raises midway (out of memory), for the part already queued.
+    Link streams first wait for the current streams of both ends' GPUs, so scratch
+    buffers and staging may be reused from call to call.
     """
     devices = links.devices
     entry = {d.index: torch.cuda.current_stream(d) for d in devices}
     bufs = (inputs, work)
     ready: set[int] = set()
+    used: list[torch.cuda.Stream] = []
+    peer_reads: set[tuple[int, torch.cuda.Stream]] = set()  # (GPU read from, the reading stream)
     done: list[tuple[torch.cuda.Event, torch.cuda.Stream]] = []
-    for ins in plan.instrs:
-        src_dev, dst_dev = devices[ins.src], devices[ins.dst]
-        s_src = links.stream(ins.src, ins.dst, src_dev)
-        s_dst = links.stream(ins.src, ins.dst, dst_dev)
-        for s in {s_src, s_dst}:
-            if id(s) not in ready:  # first use in this call: wait for the caller's work
-                s.wait_stream(entry[s.device.index])
-                ready.add(id(s))
-            for d in ins.deps:
-                event, stream = done[d]
-                if stream != s:
-                    s.wait_event(event)
-        src = bufs[ins.src_buf][ins.src][ins.start : ins.stop]
-        dst = bufs[ins.dst_buf][ins.dst][ins.start : ins.stop]
-        with torch.cuda.stream(s_src), torch.cuda.stream(s_dst):
-            if ins.code is Code.COPY:
-                dst.copy_(src, non_blocking=True)
-            else:
-                if src_dev != dst_dev:
-                    # Stage the incoming block on the receiver, then reduce there. The
-                    # peer copy runs on the sender's stream: tell the allocator so.
-                    staged = torch.empty_like(dst)
-                    staged.copy_(src, non_blocking=True)
-                    staged.record_stream(s_src)
-                    src = staged
-                if ins.code is Code.ADD:
+    try:
+        for ins in plan.instrs:
+            src_dev, dst_dev = devices[ins.src], devices[ins.dst]
+            s_src = links.stream(ins.src, ins.dst, src_dev)
+            s_dst = links.stream(ins.src, ins.dst, dst_dev)
+            for s in (s_src, s_dst) if s_src is not s_dst else (s_src,):
+                if id(s) not in ready:  # first use in this call: wait for the caller's work on both GPUs
+                    for index in {src_dev.index, dst_dev.index}:
+                        s.wait_stream(entry[index])
+                    ready.add(id(s))
+                    used.append(s)
+                for d in ins.deps:
+                    event, stream = done[d]
+                    if stream != s:
+                        s.wait_event(event)
+            src = bufs[ins.src_buf][ins.src][ins.start : ins.stop]
+            dst = bufs[ins.dst_buf][ins.dst][ins.start : ins.stop]
+            base = dst if ins.code is Code.ADD else bufs[Buf.INPUT][ins.dst][ins.start : ins.stop]
+            with torch.cuda.stream(s_src), torch.cuda.stream(s_dst):
+                if ins.code is Code.COPY:
+                    dst.copy_(src, non_blocking=True)
+                elif links.kernel(src_dev, dst_dev) == "peer":
+                    links.reducer().add(dst, base, src, s_dst)
+                    if src_dev != dst_dev:
+                        peer_reads.add((src_dev.index, s_dst))
+                elif src_dev != dst_dev:
+                    staged_add(dst, base, src, links.staging(ins.src, ins.dst, dst.numel() * dst.element_size()))
+                elif base is dst:
                     dst.add_(src)
                 else:
-                    torch.add(bufs[Buf.INPUT][ins.dst][ins.start : ins.stop], src, out=dst)
-        event = torch.cuda.Event()
-        event.record(s_dst)
-        done.append((event, s_dst))
-    for stream in links.all_streams():
-        if id(stream) in ready:
+                    torch.add(base, src, out=dst)
+            event = torch.cuda.Event()
+            event.record(s_dst)
+            done.append((event, s_dst))
+    finally:
+        for stream in used:
             entry[stream.device.index].wait_stream(stream)
+        for index, stream in peer_reads:  # the sender's memory is free again only after the peer reads
+            entry[index].wait_stream(stream)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from lptrain.comm.communicator import Communicator
+from lptrain.comm.communicator import NCCL_DTYPES, Communicator
 from lptrain.comm.devices import require_cuda
 from lptrain.comm.errors import BackendUnavailableError, CollectiveInputError
 
@@ -23,6 +23,7 @@ def nccl_available() -> bool:
 
 class NcclCommunicator(Communicator):
     name = "nccl"
+    dtypes = NCCL_DTYPES
 
     def __init__(self, devices: Sequence[str | torch.device], *, accumulate_fp32: bool = True) -> None:
         require_cuda("the nccl communicator")

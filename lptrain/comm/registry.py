@@ -10,10 +10,13 @@ import torch
 
 from lptrain.comm.algorithms import be, lp, mst, ring
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator, schedule_builders
+from lptrain.comm.cuda_graph import check_cuda_graph
 from lptrain.comm.devices import parse_devices
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.nccl import NcclCommunicator, nccl_available
+from lptrain.comm.peer_kernel import check_reduce_kernel
 from lptrain.comm.sizes import parse_size
+from lptrain.comm.transport import LinkCost
 
 # In-process CPU "links": ~10 us of dispatch per transfer, ~13 GB/s per copy (measured
 # with lptrain-bench on the development machine; see docs/BENCHMARKS.md).
@@ -21,11 +24,14 @@ CPU_ALPHA_S = 10e-6
 CPU_BETA_S_PER_BYTE = 1 / 13e9
 
 
-def lp_builders(world_size: int, on_cpu: bool, block_size="auto", order=None, allreduce="overlapped"):
+def lp_builders(
+    world_size: int, on_cpu: bool, block_size="auto", order=None, allreduce="overlapped", link: LinkCost | None = None
+):
     """LP's schedule builders for ``world_size`` ranks, and the options as resolved.
 
-    The auto block size follows the cost model with figures for the links: PCIe for GPUs
-    (the paper's), a memory copy plus Python dispatch for CPU "devices" and processes.
+    The auto block size follows the cost model with figures for the links: ``link`` where
+    the transport was measured (across processes, ``lptrain.comm.transport``), else PCIe
+    for GPUs (the paper's) and a memory copy plus Python dispatch for CPU "devices".
     """
     chain = lp.check_order(order, world_size)
     if allreduce not in lp.ALLREDUCE_MODES:
@@ -35,7 +41,12 @@ def lp_builders(world_size: int, on_cpu: bool, block_size="auto", order=None, al
     fixed_bytes = None if block_size == "auto" else parse_size(block_size, "lp block_size")
     if fixed_bytes is not None and fixed_bytes < 1:
         raise CollectiveInputError(f"lp block_size must be at least 1 byte, got {block_size!r}")
-    alpha, beta = (CPU_ALPHA_S, CPU_BETA_S_PER_BYTE) if on_cpu else (lp.DEFAULT_ALPHA_S, lp.DEFAULT_BETA_S_PER_BYTE)
+    if link is not None:
+        alpha, beta = link.alpha_s, link.beta_s_per_byte
+    elif on_cpu:
+        alpha, beta = CPU_ALPHA_S, CPU_BETA_S_PER_BYTE
+    else:
+        alpha, beta = lp.DEFAULT_ALPHA_S, lp.DEFAULT_BETA_S_PER_BYTE
 
     def block(p: int, n: int, itemsize: int) -> int:
         nbytes = fixed_bytes if fixed_bytes is not None else lp.optimal_block_bytes(n * itemsize, p, alpha, beta)
@@ -49,20 +60,45 @@ def lp_builders(world_size: int, on_cpu: bool, block_size="auto", order=None, al
     return builders, {"block_size": block_size, "order": chain, "allreduce": allreduce}
 
 
-def _lp(devices, *, accumulate_fp32=True, block_size="auto", order=None, allreduce="overlapped") -> Communicator:
+def _lp(
+    devices,
+    *,
+    accumulate_fp32=True,
+    block_size="auto",
+    order=None,
+    allreduce="overlapped",
+    reduce_kernel="auto",
+    cuda_graph="auto",
+) -> Communicator:
     """lp options: ``block_size`` in bytes (int, "4M", or "auto" for the cost-model optimum),
     ``order`` (the chain, a permutation of the ranks), ``allreduce`` ("overlapped" or
-    "reduce_broadcast")."""
+    "reduce_broadcast"), ``reduce_kernel`` (CUDA: "auto", "peer" or "staged"),
+    ``cuda_graph`` (replicas sharing a GPU: "auto", "on" or "off")."""
     devices = parse_devices(devices)
     builders, options = lp_builders(len(devices), devices[0].type == "cpu", block_size, order, allreduce)
-    return ScheduleCommunicator("lp", devices, builders, accumulate_fp32=accumulate_fp32, options=options)
+    return ScheduleCommunicator(
+        "lp",
+        devices,
+        builders,
+        accumulate_fp32=accumulate_fp32,
+        options=options,
+        reduce_kernel=reduce_kernel,
+        cuda_graph=cuda_graph,
+    )
 
 
 def _fixed(module) -> Callable[..., Communicator]:
-    def make(devices, *, accumulate_fp32=True) -> Communicator:
-        return ScheduleCommunicator(module.NAME, devices, schedule_builders(module), accumulate_fp32=accumulate_fp32)
+    def make(devices, *, accumulate_fp32=True, reduce_kernel="auto", cuda_graph="auto") -> Communicator:
+        return ScheduleCommunicator(
+            module.NAME,
+            devices,
+            schedule_builders(module),
+            accumulate_fp32=accumulate_fp32,
+            reduce_kernel=reduce_kernel,
+            cuda_graph=cuda_graph,
+        )
 
-    make.__doc__ = f"{module.NAME}: no options beyond accumulate_fp32."
+    make.__doc__ = f"{module.NAME}: reduce_kernel, cuda_graph (CUDA, one process) and accumulate_fp32."
     return make
 
 
@@ -148,8 +184,16 @@ def _distributed(name: str, group, options: dict[str, Any]):
 
     from lptrain.comm.distributed import DistributedCommunicator
 
-    valid = [o for o in options_of(name) if o != "accumulate_fp32"] if name in ("lp", "auto") else []
-    valid = ["accumulate_fp32", *valid, *DISTRIBUTED_OPTIONS]
+    schedule = name in ("lp", "mst", "be", "ring")
+    in_process_only = ("reduce_kernel", "cuda_graph")
+    own = (
+        [o for o in options_of(name) if o not in ("accumulate_fp32", *in_process_only)]
+        if name in ("lp", "auto")
+        else []
+    )
+    # reduce_kernel and cuda_graph are accepted so that one configuration serves both
+    # executors, but only the in-process one has them: across processes the backend moves the bytes.
+    valid = ["accumulate_fp32", *own, *DISTRIBUTED_OPTIONS, *(in_process_only if schedule else ())]
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise CollectiveInputError(
@@ -157,6 +201,10 @@ def _distributed(name: str, group, options: dict[str, Any]):
             f"{', '.join(valid)}"
         )
     common = {k: options.pop(k) for k in ("accumulate_fp32", *DISTRIBUTED_OPTIONS) if k in options}
+    if "reduce_kernel" in options:
+        check_reduce_kernel(options.pop("reduce_kernel"))
+    if "cuda_graph" in options:
+        check_cuda_graph(options.pop("cuda_graph"))
     if not dist.is_initialized():
         raise CollectiveInputError("torch.distributed is not initialised: call init_process_group() (or use torchrun)")
     if group is dist.group.WORLD:
@@ -175,13 +223,21 @@ def _distributed(name: str, group, options: dict[str, Any]):
             topology=options.get("topology"),
             rank=dist.get_rank(group),
         )
+    link = None
     if name == "nccl":
         builders = None
     elif name == "lp":
-        builders, _ = lp_builders(world, on_cpu, **options)
+        if options.get("block_size", "auto") == "auto" and world > 1:  # the blocks follow this transport
+            from lptrain.comm.transport import measure_link
+
+            device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+            link = measure_link(group, device)
+        builders, _ = lp_builders(world, on_cpu, **options, link=link)
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
-    return DistributedCommunicator(name, group, builders, **common)
+    comm = DistributedCommunicator(name, group, builders, **common)
+    comm.link = link  # what LP's automatic blocks were sized for (None: fixed blocks or not LP)
+    return comm
 
 
 def available() -> list[str]:

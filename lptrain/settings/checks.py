@@ -147,6 +147,14 @@ def check_comm(c: DictConfig, replicas: int) -> None:
             ) from None
     if "allreduce" in options:
         _choice("comm.options.allreduce", options.allreduce, lp.ALLREDUCE_MODES)
+    if "reduce_kernel" in options:
+        from lptrain.comm.peer_kernel import REDUCE_KERNELS
+
+        _choice("comm.options.reduce_kernel", options.reduce_kernel, REDUCE_KERNELS)
+    if "cuda_graph" in options:
+        from lptrain.comm.cuda_graph import CUDA_GRAPH_MODES
+
+        _choice("comm.options.cuda_graph", options.cuda_graph, CUDA_GRAPH_MODES)
     if options.get("topology") is not None:
         from lptrain.sim.topology import TOPOLOGIES
 

@@ -32,7 +32,17 @@ class CommOptions:
 
 
 @dataclass
-class LpOptions(CommOptions):
+class ScheduleOptions(CommOptions):
+    reduce_kernel: str = opt(
+        "auto", "CUDA in one process: auto (measure per GPU pair), peer (one-pass CuPy kernel) or staged (copy + add)"
+    )
+    cuda_graph: str = opt(
+        "auto", "replicas sharing one GPU: replay each plan as a CUDA graph: auto (if faster), on, off"
+    )
+
+
+@dataclass
+class LpOptions(ScheduleOptions):
     block_size: Any = opt("auto", "pipeline block in bytes (65536, 64K, 4M) or auto: the cost model's optimum")
     order: Optional[list[int]] = opt(None, "the chain of ranks, a permutation such as [3,2,1,0] (null: 0..P-1)")
     allreduce: str = opt("overlapped", "overlapped (reduce and broadcast pipelined together) or reduce_broadcast")
@@ -52,6 +62,11 @@ class CommConfig:
 
 
 @dataclass
+class ScheduleCommConfig(CommConfig):
+    options: ScheduleOptions = field(default_factory=ScheduleOptions)
+
+
+@dataclass
 class LpCommConfig(CommConfig):
     name: str = opt("lp", "the collective algorithm: lp, mst, be, ring, nccl or auto")
     options: LpOptions = field(default_factory=LpOptions)
@@ -68,7 +83,9 @@ class AutoCommConfig(CommConfig):
 class ModelConfig:
     name: str = opt(MISSING, "the network: small, alexnet, googlenet or vgg16 (torchvision, no download)")
     image_size: int = opt(224, "side of the square input in pixels")
-    init: str = opt("default", "default (the network's own) or kaiming (torchvision's VGG scheme)")
+    init: str = opt(
+        "default", "default (the network's own), kaiming (torchvision's VGG scheme) or kaiming_in (fan-in convolutions)"
+    )
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -168,6 +185,7 @@ GROUPS: dict[str, type] = {
 SCHEMAS: dict[tuple[str, str], type] = {
     ("comm", "schema_lp"): LpCommConfig,
     ("comm", "schema_collective"): CommConfig,
+    ("comm", "schema_schedule"): ScheduleCommConfig,
     ("comm", "schema_auto"): AutoCommConfig,
     ("model", "schema"): ModelConfig,
     ("data", "schema_mnist"): DataConfig,

@@ -17,21 +17,41 @@ import torch.distributed as dist
 
 
 def launched_by_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+    """Started by torchrun (which sets TORCHELASTIC_RUN_ID, even for one process), or by
+    anything else that sets RANK for a world of several processes."""
+    if "RANK" not in os.environ:
+        return False
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def init_from_environment(devices: list[torch.device], timeout_s: float) -> tuple[int, int]:
-    """(rank, number of processes); joins the default group when torchrun started us."""
+    """(rank, number of processes); joins the default group when torchrun started us.
+
+    With GPUs the process first makes its own GPU the current device and names it to the
+    group: NCCL's helpers that take no device (``all_gather_object``, barriers, the
+    ``batch_isend_irecv`` bookkeeping) use the current device, which is otherwise
+    ``cuda:0`` in every process, and NCCL fails on two ranks sharing one GPU.
+    """
     if not launched_by_torchrun():
         return 0, 1
     if not dist.is_initialized():
-        backend = "nccl" if devices[0].type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if devices[0].type == "cuda":
+            torch.cuda.set_device(devices[0])
+            dist.init_process_group("nccl", timeout=timeout, device_id=devices[0])
+        else:
+            dist.init_process_group("gloo", timeout=timeout)
     return dist.get_rank(), dist.get_world_size()
 
 
 def local_rank() -> int:
+    """This process's index among those torchrun started on this node."""
     return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def local_world_size() -> int:
+    """How many processes torchrun started on this node."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def _carrier(device: torch.device) -> torch.device:

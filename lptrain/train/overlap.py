@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -88,7 +89,16 @@ class OverlappedReduction:
         raise ValueError(f"offset {offset} is in no bucket")  # pragma: no cover - buckets cover the buffer
 
     def _hook(self, k: int) -> Callable[[torch.Tensor], None]:
+        # A weak reference: a hook lives in the parameter's C++ side, where Python's
+        # garbage collector cannot see it, so a strong one would keep this object, the
+        # trainer behind ``reduce_bucket`` and every replica alive after the run (several
+        # runs in one process, a Hydra sweep or the convergence study, ran out of memory).
+        me = weakref.ref(self)
+
         def ready(_param: torch.Tensor) -> None:
+            self = me()
+            if self is None:
+                return
             with self._cond:
                 self._pending[k] -= 1
                 if self._pending[k] == 0:

@@ -30,7 +30,9 @@ class Replicas:
             self.grads.append(g)
             self.buffers.append(_flatten_buffers(m, d))
         self.numel = self.params[0].numel()
-        self._pool = ThreadPoolExecutor(len(self.devices)) if self.devices[0].type == "cuda" else None
+        gpus = list(dict.fromkeys(self.devices)) if self.devices[0].type == "cuda" else []
+        self._by_gpu = [[r for r, d in enumerate(self.devices) if d == gpu] for gpu in gpus]
+        self._pool = ThreadPoolExecutor(len(gpus)) if gpus else None
 
     @property
     def world_size(self) -> int:
@@ -41,16 +43,22 @@ class Replicas:
             g.zero_()
 
     def run(self, fn: Callable[[int, nn.Module], object]) -> list:
-        """``fn(rank, model)`` on every replica: concurrently on GPUs (one thread per
-        device, as ``torch.nn.parallel.parallel_apply`` does), in rank order on the CPU."""
+        """``fn(rank, model)`` on every replica: concurrently on distinct GPUs (one thread
+        per GPU, as ``torch.nn.parallel.parallel_apply`` does), in rank order on the CPU
+        and among the replicas that share a GPU, so that those draw from the GPU's one
+        generator in a fixed order."""
         if self._pool is None:
             return [fn(r, m) for r, m in enumerate(self.models)]
 
-        def on_device(r: int):
-            with torch.cuda.device(self.devices[r]):
-                return fn(r, self.models[r])
+        def on_gpu(ranks: list[int]) -> list:
+            with torch.cuda.device(self.devices[ranks[0]]):
+                return [(r, fn(r, self.models[r])) for r in ranks]
 
-        return list(self._pool.map(on_device, range(self.world_size)))
+        results: list = [None] * self.world_size
+        for done in self._pool.map(on_gpu, self._by_gpu):
+            for r, value in done:
+                results[r] = value
+        return results
 
     def identical(self) -> bool:
         """True when every replica's parameters equal the root's bit for bit."""

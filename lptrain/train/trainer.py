@@ -52,6 +52,7 @@ from lptrain.train.overlap import OverlappedReduction, gradient_buckets
 from lptrain.train.precision import PRECISIONS, LossScaler, autocast, check_precision
 from lptrain.train.replicas import Replicas
 from lptrain.train.schedule import learning_rate
+from lptrain.train.seeding import replica_seed, reseeds_per_step, seed_device
 from lptrain.train.stepstats import interval_mean, mean_std, timed
 from lptrain.train.timing import PhaseTimer
 
@@ -142,7 +143,8 @@ class Trainer:
         self.stop_at = self.steps if t.get("stop_at") is None else int(t.stop_at)
         if not 1 <= self.stop_at <= self.steps:
             raise ConfigError(f"trainer.stop_at={t.stop_at} is not valid; use a step from 1 to {self.steps} or null")
-        torch.manual_seed(int(t.seed))
+        torch.manual_seed(int(t.seed))  # the model's initialisation: the same in every process
+        self.reseed = reseeds_per_step(self.devices, self.nprocs)
         model = build_model(
             cfg.model.name, self.data.num_classes, self.image_size, init=str(cfg.model.get("init", "default"))
         )
@@ -187,7 +189,7 @@ class Trainer:
     def _communicator(self, cfg: DictConfig, timeout_s: float, check_desync: bool):
         options = OmegaConf.to_container(cfg.comm.options, resolve=True) if cfg.comm.get("options") else {}
         name = cfg.comm.name
-        if self.nprocs == 1:
+        if not dist.is_initialized():  # one process; under torchrun even one process joins its group
             return build_communicator(name, self.devices, **options)
         # Under torchrun: the algorithm inside the process over its devices, and across the
         # processes over torch.distributed ("nccl" there is the backend's own collective).
@@ -216,6 +218,17 @@ class Trainer:
                 if reduction == "reduce":
                     auto.prepare("broadcast", (stop - start) * self.replicas.params[0].element_size())
         return [prefix + line for prefix, auto in autos.items() for line in auto.describe()]
+
+    def _kernel_choices(self) -> list[str]:
+        """On GPUs, how each pair of them adds the other's blocks (``reduce_kernel``); under
+        torchrun, the transport LP's automatic blocks were sized for."""
+        local = getattr(self.comm, "local", self.comm)
+        describe = getattr(local, "kernel_choices", None)
+        lines = describe() if describe is not None else []
+        link = getattr(getattr(self.comm, "remote", None), "link", None)
+        if link is not None:
+            lines.append(f"lp across processes: blocks sized for this transport as measured, {link.describe()}")
+        return lines
 
     @staticmethod
     def _per_device_batch(t: DictConfig, p: int) -> int:
@@ -266,7 +279,7 @@ class Trainer:
         reps.zero_grad()
         if self.overlap is not None:  # ... the buckets' collectives starting as their gradients are ready
             self.overlap.begin()
-        results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r]))
+        results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
         timer.stop("compute")
         timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
         if self.overlap is not None:
@@ -355,8 +368,10 @@ class Trainer:
                 g.mul_(scale)
         return norm
 
-    def _forward_backward(self, rank: int, model, images: torch.Tensor, labels: torch.Tensor):
+    def _forward_backward(self, rank: int, model, images: torch.Tensor, labels: torch.Tensor, step: int):
         device = self.devices[rank]
+        if self.reseed:  # this replica's dropout masks: a function of (seed, step, replica)
+            seed_device(device, replica_seed(int(self.cfg.trainer.seed), step, self.rank * len(self.devices) + rank))
         x = prepare(
             images.to(device, non_blocking=True), self.spec.in_channels, self.image_size, self.data.mean, self.data.std
         )
@@ -420,8 +435,9 @@ class Trainer:
             "buffers": {str(k).removeprefix("torch."): v.cpu() for k, v in reps.buffers[0].items()},
             "optimizer": self.optimizers[0].state_dict(),
             "loss_scale": self.scaler.state_dict(),
+            # One process on the CPU: its one generator. Elsewhere the generators are
+            # re-seeded every step (lptrain.train.seeding): no GPU's state is needed.
             "rng_cpu": torch.get_rng_state(),
-            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
         save_checkpoint(self.checkpoint_path, state)
@@ -448,9 +464,7 @@ class Trainer:
             opt.load_state_dict(copy.deepcopy(state["optimizer"]))
         if "loss_scale" in state:
             self.scaler.load_state_dict(state["loss_scale"])
-        torch.set_rng_state(state["rng_cpu"])
-        if state.get("rng_cuda") and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng_cuda"])
+        torch.set_rng_state(state["rng_cpu"])  # an older checkpoint's "rng_cuda" is not needed (see save)
         self.start_step = int(state["step"])
 
     # -- the loop ------------------------------------------------------------------------------
@@ -475,6 +489,11 @@ class Trainer:
             progress.message(f"comm auto: {line}")
         if chosen:
             log.text("comm/auto", "\n\n".join(chosen))
+        kernels = self._kernel_choices()
+        for line in kernels:
+            progress.message(f"comm: {line}")
+        if kernels:
+            log.text("comm/reduce_kernel", "\n\n".join(kernels))
         history: list[dict[str, float]] = []
         interval: list[dict[str, float]] = []
         eval_loss = eval_acc = None
