@@ -505,6 +505,12 @@ class Trainer:
         try:
             for step in range(self.start_step, self.stop_at):
                 last = self.train_step(step, batches, timer)
+                if not history:  # what the first step decided (cuda_graph=auto times each plan then)
+                    later = [line for line in self._kernel_choices() if line not in kernels]
+                    for line in later:
+                        progress.message(f"comm: {line}")
+                    if later:
+                        log.text("comm/cuda_graph", "\n\n".join(later))
                 last["warmup"] = not history  # the session's first step: one-off costs, left out of the means
                 history.append(last)
                 interval.append(last)
