@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from lptrain import bench_common as common
 from lptrain.comm import build_communicator
-from lptrain.train.launch import local_rank
+from lptrain.train.launch import join_default_group, local_rank
 
 SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring", "auto")
 
@@ -116,14 +116,9 @@ def _time(fn, calls: int, device: torch.device) -> float:
 
 
 def join_process_group() -> None:
-    """NCCL where there are GPUs, each process on ``cuda:LOCAL_RANK`` set before the group
-    starts (see ``lptrain.train.launch``); gloo on the CPU."""
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank() % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
-    else:
-        dist.init_process_group("gloo")
+    """NCCL where there are GPUs, each process on ``cuda:LOCAL_RANK``; gloo on the CPU."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    join_default_group(torch.device("cuda", local_rank() % gpus) if gpus else torch.device("cpu"))
 
 
 def run_distributed(args: argparse.Namespace) -> list[common.Row]:

@@ -15,6 +15,11 @@ from lptrain.comm import build_communicator
 pytestmark = [pytest.mark.cuda, needs_cuda]
 
 
+def _placed(inputs: list[torch.Tensor], devices: list[str]) -> list[torch.Tensor]:
+    """A fresh copy of each rank's input on that rank's device."""
+    return [t.to(d) for t, d in zip(inputs, devices)]
+
+
 def _device_lists() -> list[list[str]]:
     if not torch.cuda.is_available():
         return []
@@ -34,17 +39,17 @@ def test_cuda_collectives_match_the_reference(key, devices):
     for dtype in DTYPES:
         for count in (0, 1, 7, 97, 4099, 1_000_003):
             inputs = make_inputs(p, count, dtype, device="cpu")
-            tensors = [t.to(d) for t, d in zip(inputs, devices)]
+            tensors = _placed(inputs, devices)
             comm.allreduce(tensors)
             for t in tensors:
                 assert_close_to_sum(t, inputs, what=f"{key} cuda allreduce {dtype} {count}")
                 assert torch.equal(t.cpu(), tensors[0].cpu())
             for root in range(p):
-                tensors = [t.to(d) for t, d in zip(inputs, devices)]
+                tensors = _placed(inputs, devices)
                 comm.reduce(tensors, root=root)
                 assert_close_to_sum(tensors[root], inputs, what=f"{key} cuda reduce {dtype} {count}")
                 assert all(torch.equal(tensors[r].cpu(), inputs[r]) for r in range(p) if r != root)
-                tensors = [t.to(d) for t, d in zip(inputs, devices)]
+                tensors = _placed(inputs, devices)
                 comm.broadcast(tensors, root=root)
                 assert all(torch.equal(t.cpu(), inputs[root]) for t in tensors)
 
@@ -78,14 +83,14 @@ def test_nccl_matches_the_reference():
     p = len(devices)
     for dtype in (torch.float32, torch.float16, torch.int64):
         inputs = make_inputs(p, 10_007, dtype)
-        tensors = [t.to(d) for t, d in zip(inputs, devices)]
+        tensors = _placed(inputs, devices)
         comm.allreduce(tensors)
         for t in tensors:
             assert_close_to_sum(t, inputs, what=f"nccl {dtype}")
-        tensors = [t.to(d) for t, d in zip(inputs, devices)]
+        tensors = _placed(inputs, devices)
         comm.broadcast(tensors, root=p - 1)
         assert all(torch.equal(t.cpu(), inputs[p - 1]) for t in tensors)
-        tensors = [t.to(d) for t, d in zip(inputs, devices)]
+        tensors = _placed(inputs, devices)
         comm.reduce(tensors, root=0)
         assert_close_to_sum(tensors[0], inputs, what=f"nccl reduce {dtype}")
 
@@ -114,11 +119,11 @@ def test_both_reduction_paths_match_the_reference(key, kernel):
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64):
         for count in (1, 7, 4099, 1_000_003):
             inputs = make_inputs(p, count, dtype)
-            tensors = [t.to(d) for t, d in zip(inputs, devices)]
+            tensors = _placed(inputs, devices)
             comm.allreduce(tensors)
             for t in tensors:
                 assert_close_to_sum(t, inputs, what=f"{key} {kernel} {dtype} {count}")
-            tensors = [t.to(d) for t, d in zip(inputs, devices)]
+            tensors = _placed(inputs, devices)
             comm.reduce(tensors, root=p - 1)
             assert_close_to_sum(tensors[p - 1], inputs, what=f"{key} {kernel} reduce {dtype} {count}")
     if kernel == "peer":

@@ -71,6 +71,14 @@ class SpecSyntax:
     list_hint: str = "cuda:0,cuda:2"  # how to list devices
 
 
+def is_count(spec: object) -> bool:
+    """Whether a device spec is a count (``4``, ``cpu*4``) rather than devices named one by one."""
+    if isinstance(spec, Sequence) and not isinstance(spec, str):
+        return False
+    text = str(spec).strip()
+    return text.isdigit() or "*" in text
+
+
 def device_list(spec: object, device_type: str = "auto", syntax: SpecSyntax = SpecSyntax()) -> list[str]:
     """Device specs as PyTorch users write them, to a list of device names.
 
@@ -91,7 +99,7 @@ def device_list(spec: object, device_type: str = "auto", syntax: SpecSyntax = Sp
         names = [str(s).strip() for s in spec]
     else:
         text = str(spec).strip()
-        if text.isdigit() or "*" in text:
+        if is_count(text):
             kind, _, count = text.rpartition("*") if "*" in text else (device_type, "", text)
             if kind not in DEVICE_TYPES or not count.isdigit() or int(count) < 1:
                 raise _spec_error(text, syntax, "a count is a positive N, or cpu*N / cuda*N")

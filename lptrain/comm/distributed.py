@@ -35,6 +35,7 @@ from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, ru
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.schedule import Schedule
 from lptrain.comm.sizes import parse_size
+from lptrain.comm.transport import LinkCost
 
 DEFAULT_SEGMENT = "auto"
 # "auto": a quarter of a rank's share of the message (n / 4P), within 1 MiB..4 MiB. Python
@@ -79,6 +80,7 @@ class DistributedCommunicator:
         check_desync: bool = True,
         segment_size: int | str = DEFAULT_SEGMENT,
         window: int = DEFAULT_WINDOW,
+        link: LinkCost | None = None,
     ) -> None:
         if not dist.is_initialized():
             raise CollectiveInputError(
@@ -104,7 +106,7 @@ class DistributedCommunicator:
         self._programs: dict[tuple, tuple[Action, ...]] = {}
         self._pool = StagingPool()
         self.profile = Profile()  # where this rank's time went in the schedules' calls
-        self.link = None  # LP's automatic blocks: the measured transport they were sized for
+        self.link = link  # LP's automatic blocks: the measured transport they were sized for
         self._seq = 0
         self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
 

@@ -235,9 +235,7 @@ def _distributed(name: str, group, options: dict[str, Any]):
         builders, _ = lp_builders(world, on_cpu, **options, link=link)
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
-    comm = DistributedCommunicator(name, group, builders, **common)
-    comm.link = link  # what LP's automatic blocks were sized for (None: fixed blocks or not LP)
-    return comm
+    return DistributedCommunicator(name, group, builders, **common, link=link)
 
 
 def available() -> list[str]:

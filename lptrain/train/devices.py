@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lptrain.comm.devices import SpecSyntax, cuda_device_count, device_list
+from lptrain.comm.devices import SpecSyntax, cuda_device_count, device_list, is_count
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.settings.errors import ConfigError
 from lptrain.train.launch import launched_by_torchrun, local_rank, local_world_size
@@ -27,9 +27,7 @@ def resolve_devices(spec: object, device_type: str = "auto") -> list[str]:
         raise ConfigError(str(err)) from None
     if not launched_by_torchrun():
         return names
-    text = str(spec).strip()
-    counted = not isinstance(spec, (list, tuple)) and (text.isdigit() or "*" in text)
-    return share_of_node(names, counted, local_rank(), local_world_size(), cuda_device_count(), spec)
+    return share_of_node(names, is_count(spec), local_rank(), local_world_size(), cuda_device_count(), spec)
 
 
 def share_of_node(

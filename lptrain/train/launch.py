@@ -35,13 +35,18 @@ def init_from_environment(devices: list[torch.device], timeout_s: float) -> tupl
     if not launched_by_torchrun():
         return 0, 1
     if not dist.is_initialized():
-        timeout = datetime.timedelta(seconds=timeout_s)
-        if devices[0].type == "cuda":
-            torch.cuda.set_device(devices[0])
-            dist.init_process_group("nccl", timeout=timeout, device_id=devices[0])
-        else:
-            dist.init_process_group("gloo", timeout=timeout)
+        join_default_group(devices[0], datetime.timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size()
+
+
+def join_default_group(device: torch.device, timeout: datetime.timedelta | None = None) -> None:
+    """NCCL for a GPU, made this process's current device first and named to the group
+    (see ``init_from_environment``); gloo for the CPU. ``None``: the backend's default timeout."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
 
 
 def local_rank() -> int:

@@ -117,6 +117,14 @@ def describe_devices(devices, nprocs: int = 1) -> str:
     return f"{nprocs} processes x {text}" if nprocs > 1 else text
 
 
+def _announce(progress: Progress, log: RunLog, tag: str, prefix: str, lines: list[str]) -> None:
+    """What the communicators decided: a line each on the console, one text in TensorBoard."""
+    for line in lines:
+        progress.message(prefix + line)
+    if lines:
+        log.text(tag, "\n\n".join(lines))
+
+
 class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
@@ -484,16 +492,9 @@ class Trainer:
         timer = PhaseTimer(self.devices)
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
-        chosen = self._auto_choices()
-        for line in chosen:
-            progress.message(f"comm auto: {line}")
-        if chosen:
-            log.text("comm/auto", "\n\n".join(chosen))
+        _announce(progress, log, "comm/auto", "comm auto: ", self._auto_choices())
         kernels = self._kernel_choices()
-        for line in kernels:
-            progress.message(f"comm: {line}")
-        if kernels:
-            log.text("comm/reduce_kernel", "\n\n".join(kernels))
+        _announce(progress, log, "comm/reduce_kernel", "comm: ", kernels)
         history: list[dict[str, float]] = []
         interval: list[dict[str, float]] = []
         eval_loss = eval_acc = None
@@ -507,10 +508,7 @@ class Trainer:
                 last = self.train_step(step, batches, timer)
                 if not history:  # what the first step decided (cuda_graph=auto times each plan then)
                     later = [line for line in self._kernel_choices() if line not in kernels]
-                    for line in later:
-                        progress.message(f"comm: {line}")
-                    if later:
-                        log.text("comm/cuda_graph", "\n\n".join(later))
+                    _announce(progress, log, "comm/cuda_graph", "comm: ", later)
                 last["warmup"] = not history  # the session's first step: one-off costs, left out of the means
                 history.append(last)
                 interval.append(last)
