@@ -135,3 +135,28 @@ def measured_blocks(rank: int, world: int, store: str, out: str) -> None:
     check_close(t, sum(p.double() for p in parts), parts, "lp with measured blocks")
     Path(out, f"rank{rank}.txt").write_text(f"{link.alpha_s!r} {link.beta_s_per_byte!r} {blocks}")
     dist.destroy_process_group()
+
+
+def released(rank: int, world: int, store: str, out: str) -> None:
+    """The communicators must not keep the process group alive past destroy_process_group
+    (a group torn down at interpreter exit makes gloo abort some of the time)."""
+    import gc
+    import weakref
+
+    join(rank, world, store)
+    comms = [build_communicator(name, process_group=dist.group.WORLD) for name in ("ring", "nccl", "auto")]
+    for comm in comms:
+        t = torch.ones(1000)
+        comm.allreduce(t)
+        assert torch.equal(t, torch.full((1000,), float(world))), comm
+    group = weakref.ref(dist.group.WORLD)
+    dist.barrier()
+    dist.destroy_process_group()
+    gc.collect()
+    try:
+        comms[0].allreduce(torch.ones(10))
+    except Exception as err:
+        said = f"{type(err).__name__}: {err}"
+    else:
+        said = "no error"
+    Path(out, f"rank{rank}.txt").write_text(f"freed={group() is None}\n{said}")

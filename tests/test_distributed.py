@@ -43,6 +43,14 @@ def test_a_rank_calling_a_different_collective_fails_on_every_rank(tmp_path):
         assert "'op': 'allreduce', 'shape': (10,)" in text and "'op': 'broadcast', 'shape': (12,)" in text
 
 
+def test_a_destroyed_group_is_freed_and_a_communicator_on_it_says_so(tmp_path):
+    mp.spawn(workers.released, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        freed, said = (tmp_path / f"rank{rank}.txt").read_text().split("\n", 1)
+        assert freed == "freed=True", "a communicator kept the process group alive"
+        assert said.startswith("CollectiveError") and "destroy_process_group" in said, said
+
+
 def _run_fault(tmp_path: Path, how: str) -> list[str]:
     ctx = multiprocessing.get_context("spawn")
     procs = [
@@ -69,6 +77,17 @@ def test_survivors_of_a_dead_or_stalled_rank_stop_with_a_clear_error(tmp_path, h
         took = float(text.split("after ")[1].split("s:")[0])
         assert took < within, text
         assert "allreduce #0 (lp) step" in text and "rank" in text.split("failed")[0]
+
+
+def test_automatic_segments_are_a_ranks_share_within_1_to_4_mib():
+    from lptrain.comm.distributed import auto_segment_bytes
+
+    mib = 1 << 20
+    assert auto_segment_bytes(16 * mib, 4) == 4 * mib  # the share: a ring's chunk goes as one message
+    assert auto_segment_bytes(8 * mib, 4) == 2 * mib
+    assert auto_segment_bytes(256 * mib, 2) == 4 * mib  # at most 4 MiB
+    assert auto_segment_bytes(mib, 4) == mib  # at least 1 MiB
+    assert auto_segment_bytes(7, 3) == mib
 
 
 def test_distributed_options_are_checked():

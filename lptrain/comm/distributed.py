@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -38,11 +39,21 @@ from lptrain.comm.sizes import parse_size
 from lptrain.comm.transport import LinkCost
 
 DEFAULT_SEGMENT = "auto"
-# "auto": a quarter of a rank's share of the message (n / 4P), within 1 MiB..4 MiB. Python
-# costs tens of us per message and gloo on loopback moves about 1 GB/s, so a segment below
-# 1 MiB pays more in dispatch than it gains in overlap (measured: docs/BENCHMARKS.md).
+# "auto": a rank's whole share of the message (n / P) per message, within 1 MiB..4 MiB.
+# Each message costs some 70 to 90 us of CPU (Python, gloo's bookkeeping, two system calls)
+# and on two shared cores CPU time is what the ranks wait for: a 16 MiB ring allreduce over
+# 4 processes spent 74, 66 and 60 ms of CPU (all ranks) with 1, 2 and 4 MiB segments and
+# took 0.81, 0.89 and 0.93 of gloo's speed (docs/BENCHMARKS.md). Cutting a share finer only
+# overlaps one addition with the transfer, which a ring does not need (every rank sends
+# while it receives); 4 MiB keeps a tree's pipelining and the staging window bounded.
 AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
 DEFAULT_WINDOW = 16  # receives posted ahead
+
+
+def auto_segment_bytes(nbytes: int, world_size: int) -> int:
+    """``segment_size=auto``: a rank's share of an ``nbytes`` message, within 1 MiB..4 MiB."""
+    low, high = AUTO_SEGMENT_BYTES
+    return min(max(nbytes // world_size, low), high)
 
 
 class CollectiveError(RuntimeError):
@@ -95,7 +106,13 @@ class DistributedCommunicator:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise CollectiveInputError(f"window must be a positive number of receives, got {window!r}")
         self.window = window
-        self.name, self.group = name, group
+        self.name = name
+        # Held weakly: torch's registry keeps the group alive until destroy_process_group, and a
+        # group object still referenced after that is torn down at interpreter exit, where gloo
+        # aborts some of the time ("terminate called without an active exception": 2 runs in 12
+        # with 4 processes on this machine, none in 12 once the reference was dropped).
+        self._group = weakref.ref(group)
+        self._global_ranks = [dist.get_global_rank(group, r) for r in range(dist.get_world_size(group))]
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.backend = dist.get_backend(group)
@@ -109,6 +126,16 @@ class DistributedCommunicator:
         self.link = link  # LP's automatic blocks: the measured transport they were sized for
         self._seq = 0
         self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
+
+    @property
+    def group(self) -> dist.ProcessGroup:
+        group = self._group()
+        if group is None:
+            raise CollectiveError(
+                f"{self!r}: its process group was destroyed (torch.distributed.destroy_process_group); "
+                "build a new communicator on a live group"
+            )
+        return group
 
     def __repr__(self) -> str:
         return f"DistributedCommunicator({self.name!r}, rank {self.rank} of {self.world_size}, {self.backend})"
@@ -217,7 +244,7 @@ class DistributedCommunicator:
                     flat.copy_(work)
 
     def _peer(self, rank: int) -> int:
-        return dist.get_global_rank(self.group, rank) if self.group is not None else rank
+        return self._global_ranks[rank]
 
     def _wait(self, work, what: str, fingerprint: dict[str, Any]) -> None:
         timeout = wait_timeout(self.backend, self.timeout)
@@ -240,9 +267,7 @@ class DistributedCommunicator:
         """Elements per message: the option, or the automatic rule (the same on every rank)."""
         if self.segment_bytes is not None:
             return max(1, self.segment_bytes // itemsize)
-        low, high = AUTO_SEGMENT_BYTES
-        share = count * itemsize // (4 * self.world_size)
-        return max(1, min(max(share, low), high) // itemsize)
+        return auto_segment_bytes(count * itemsize, self.world_size) // itemsize
 
     def _run(self, schedule: Schedule, work: torch.Tensor, fingerprint: dict[str, Any]) -> None:
         def wait(handle, what: str) -> None:
@@ -253,11 +278,12 @@ class DistributedCommunicator:
                 self._step_hook(fingerprint["op"], step)
 
         itemsize = work.element_size()
+        group, peers = self.group, self._global_ranks
         run_program(
             self._program(schedule, itemsize),
             work,
-            isend=lambda buf, peer: dist.isend(buf, self._peer(peer), group=self.group),
-            irecv=lambda buf, peer: dist.irecv(buf, self._peer(peer), group=self.group),
+            isend=lambda buf, peer: dist.isend(buf, peers[peer], group=group),
+            irecv=lambda buf, peer: dist.irecv(buf, peers[peer], group=group),
             wait=wait,
             pool=self._pool,
             segment_bytes=self._segment(schedule.count, itemsize) * itemsize,

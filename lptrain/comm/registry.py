@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -214,8 +215,9 @@ def _distributed(name: str, group, options: dict[str, Any]):
     if name == "auto":
         from lptrain.comm.auto import AutoCommunicator
 
+        held = weakref.ref(group)  # not the group itself: see DistributedCommunicator.__init__
         return AutoCommunicator(
-            lambda algo, chosen: _distributed(algo, group, {**common, **chosen}),
+            lambda algo, chosen: _distributed(algo, held(), {**common, **chosen}),
             executor="distributed",
             device_type="cpu" if on_cpu else "cuda",
             world_size=world,

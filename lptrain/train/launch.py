@@ -86,8 +86,10 @@ def same_everywhere(tensor: torch.Tensor) -> bool:
 
 
 def finish() -> None:
-    """Leave the process group together: a rank that exits while others still use the group
-    can abort in gloo's teardown ("terminate called without an active exception")."""
+    """Leave the process group together (a barrier first, so that no rank tears its side
+    down while another still sends). lptrain's communicators hold the group weakly, so the
+    group is freed here and not at interpreter exit, where gloo aborts some of the time
+    ("terminate called without an active exception")."""
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
