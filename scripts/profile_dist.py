@@ -2,17 +2,22 @@
 """Where the time of lptrain's schedules across processes goes, beside gloo's own allreduce.
 
 Run under torchrun; every rank reports its share (blocked on the transport, adding or
-copying what arrived, the rest: Python and posting messages), and rank 0 prints them:
+copying what arrived, the rest: Python and posting messages), and rank 0 prints them, with
+the CPU time all ranks spent per call (every thread: on a machine with fewer cores than
+ranks, CPU time is what the ranks end up waiting for):
 
     torchrun --standalone --nproc-per-node 2 scripts/profile_dist.py --size 64M
     torchrun --standalone --nproc-per-node 4 scripts/profile_dist.py --size 64M --algo ring,lp,be
+    torchrun --standalone --nproc-per-node 4 scripts/profile_dist.py --size 16M --algo ring:1M,ring:4M
 
-Calls alternate between the algorithms (round robin), so a busy machine slows all alike.
+``NAME:SIZE`` runs NAME with ``segment_size=SIZE``. Calls alternate between the algorithms
+(round robin), so a busy machine slows all alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 import torch
@@ -20,6 +25,11 @@ import torch.distributed as dist
 
 from lptrain.comm import build_communicator
 from lptrain.comm.sizes import parse_size
+
+
+def _cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process: gloo's too
+    return used.ru_utime + used.ru_stime
 
 
 def main() -> None:
@@ -34,9 +44,14 @@ def main() -> None:
     tensor = torch.ones(count)
     world_group = dist.group.WORLD
     names = args.algo.split(",")
-    comms = {name: build_communicator(name, process_group=world_group, check_desync=False) for name in names}
+    comms = {}
+    for name in names:
+        algo, _, segment = name.partition(":")
+        options = {"segment_size": segment} if segment else {}
+        comms[name] = build_communicator(algo, process_group=world_group, check_desync=False, **options)
     native = build_communicator("nccl", process_group=dist.group.WORLD, check_desync=False)
     wall = {name: 0.0 for name in [*comms, "gloo"]}
+    cpu = dict.fromkeys(wall, 0.0)
     for comm in [*comms.values(), native]:  # warm-up: schedules, programs, staging buffers
         comm.allreduce(tensor)
     for comm in comms.values():
@@ -44,24 +59,29 @@ def main() -> None:
     for _ in range(args.iters):
         for name, comm in [*comms.items(), ("gloo", native)]:
             dist.barrier()
-            t0 = time.perf_counter()
+            c0, t0 = _cpu_seconds(), time.perf_counter()
             comm.allreduce(tensor)
             wall[name] += time.perf_counter() - t0
+            cpu[name] += _cpu_seconds() - c0
     report = {name: comm.profile.describe() for name, comm in comms.items()}
     reports: list = [None] * world
     dist.all_gather_object(reports, report)
     walls: list = [None] * world
-    dist.all_gather_object(walls, wall)
+    dist.all_gather_object(walls, (wall, cpu))
+    cpus = [c for _, c in walls]
+    walls = [w for w, _ in walls]
     if rank == 0:
         print(f"# allreduce of {args.size} over {world} gloo processes, {args.iters} calls each, ms per call")
         for name in wall:
             slowest = max(w[name] for w in walls) / args.iters * 1e3
             speed = max(w["gloo"] for w in walls) / max(w[name] for w in walls)
             ratio = "" if name == "gloo" else f" ({speed:.2f}x gloo's speed)"
-            print(f"{name:6s} {slowest:8.1f} ms (slowest rank){ratio}")
+            spent = sum(c[name] for c in cpus) / args.iters * 1e3
+            print(f"{name:8s} {slowest:8.1f} ms (slowest rank), CPU {spent:6.1f} ms (all ranks){ratio}")
         for name in comms:
             for r in range(world):
                 print(f"  {name} rank {r}: {reports[r][name]}")
+    comms.clear()
     dist.destroy_process_group()
 
 
