@@ -126,3 +126,21 @@ def test_a_link_cost_comes_from_a_small_and_a_large_exchange():
     assert lp.optimal_block_bytes(n, 8, dear.alpha_s, dear.beta_s_per_byte) > lp.optimal_block_bytes(
         n, 8, cheap.alpha_s, cheap.beta_s_per_byte
     )
+
+
+def test_lp_blocks_across_processes_are_no_smaller_than_a_segment():
+    """The executor pipelines a transfer by segments already: LP's automatic block is floored
+    at the segment, and a larger model block is kept."""
+    from lptrain.comm.registry import lp_builders
+    from lptrain.comm.transport import LinkCost
+
+    link = LinkCost(100e-6, 1 / 1e9)  # the model's block for 16 MiB over 4 ranks: about 0.9 MiB
+    n = (16 << 20) // 4
+
+    def steps(**options) -> int:
+        builders, _ = lp_builders(4, True, **options)
+        return builders["allreduce"](4, n, None, 4).num_steps
+
+    floored = steps(link=link, min_block=lambda nbytes: nbytes // 4)
+    assert floored == steps(block_size="4M") < steps(link=link)
+    assert steps(link=link, min_block=lambda nbytes: 1) == steps(link=link)  # a low floor changes nothing

@@ -26,13 +26,21 @@ CPU_BETA_S_PER_BYTE = 1 / 13e9
 
 
 def lp_builders(
-    world_size: int, on_cpu: bool, block_size="auto", order=None, allreduce="overlapped", link: LinkCost | None = None
+    world_size: int,
+    on_cpu: bool,
+    block_size="auto",
+    order=None,
+    allreduce="overlapped",
+    link: LinkCost | None = None,
+    min_block: Callable[[int], int] | None = None,
 ):
     """LP's schedule builders for ``world_size`` ranks, and the options as resolved.
 
     The auto block size follows the cost model with figures for the links: ``link`` where
     the transport was measured (across processes, ``lptrain.comm.transport``), else PCIe
     for GPUs (the paper's) and a memory copy plus Python dispatch for CPU "devices".
+    ``min_block(message_bytes)`` is a floor under the automatic block: across processes, the
+    executor's segment (a smaller block only adds messages; see ``_distributed``).
     """
     chain = lp.check_order(order, world_size)
     if allreduce not in lp.ALLREDUCE_MODES:
@@ -50,7 +58,12 @@ def lp_builders(
         alpha, beta = lp.DEFAULT_ALPHA_S, lp.DEFAULT_BETA_S_PER_BYTE
 
     def block(p: int, n: int, itemsize: int) -> int:
-        nbytes = fixed_bytes if fixed_bytes is not None else lp.optimal_block_bytes(n * itemsize, p, alpha, beta)
+        if fixed_bytes is not None:
+            nbytes = fixed_bytes
+        else:
+            nbytes = lp.optimal_block_bytes(n * itemsize, p, alpha, beta)
+            if min_block is not None:
+                nbytes = max(nbytes, min_block(n * itemsize))
         return max(1, nbytes // itemsize)
 
     builders = {
@@ -183,7 +196,7 @@ def build_communicator(
 def _distributed(name: str, group, options: dict[str, Any]):
     import torch.distributed as dist
 
-    from lptrain.comm.distributed import DistributedCommunicator
+    from lptrain.comm.distributed import DistributedCommunicator, auto_segment_bytes
 
     schedule = name in ("lp", "mst", "be", "ring")
     in_process_only = ("reduce_kernel", "cuda_graph")
@@ -234,7 +247,20 @@ def _distributed(name: str, group, options: dict[str, Any]):
 
             device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
             link = measure_link(group, device)
-        builders, _ = lp_builders(world, on_cpu, **options, link=link)
+        # The executor runs each transfer as segments, each forwarded down the chain the moment
+        # it is in: the segments already pipeline, so a block below a segment only adds
+        # messages, and each costs CPU the model's alpha (the fastest exchange) leaves out. On
+        # 4 gloo processes sharing two cores blocks floored at the segment took 36.7 ms for a
+        # 16 MiB allreduce where the model's 1.8 MiB blocks took 41.9 (docs/BENCHMARKS.md).
+        segment = common.get("segment_size", "auto")
+        fixed = None if segment == "auto" else parse_size(segment, "segment_size")
+        builders, _ = lp_builders(
+            world,
+            on_cpu,
+            **options,
+            link=link,
+            min_block=lambda nbytes: fixed if fixed is not None else auto_segment_bytes(nbytes, world),
+        )
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
     return DistributedCommunicator(name, group, builders, **common, link=link)
