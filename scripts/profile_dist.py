@@ -66,10 +66,10 @@ def main() -> None:
     report = {name: comm.profile.describe() for name, comm in comms.items()}
     reports: list = [None] * world
     dist.all_gather_object(reports, report)
-    walls: list = [None] * world
-    dist.all_gather_object(walls, (wall, cpu))
-    cpus = [c for _, c in walls]
-    walls = [w for w, _ in walls]
+    clocks: list = [None] * world
+    dist.all_gather_object(clocks, (wall, cpu))
+    walls = [w for w, _ in clocks]
+    cpus = [c for _, c in clocks]
     if rank == 0:
         print(f"# allreduce of {args.size} over {world} gloo processes, {args.iters} calls each, ms per call")
         for name in wall:

@@ -20,6 +20,13 @@ def _placed(inputs: list[torch.Tensor], devices: list[str]) -> list[torch.Tensor
     return [t.to(d) for t, d in zip(inputs, devices)]
 
 
+def _after(comm, op: str, inputs: list[torch.Tensor], devices: list[str], **kwargs) -> list[torch.Tensor]:
+    """Fresh copies of the inputs on their devices, after ``comm.<op>`` ran on them."""
+    tensors = _placed(inputs, devices)
+    getattr(comm, op)(tensors, **kwargs)
+    return tensors
+
+
 def _device_lists() -> list[list[str]]:
     if not torch.cuda.is_available():
         return []
@@ -39,18 +46,15 @@ def test_cuda_collectives_match_the_reference(key, devices):
     for dtype in DTYPES:
         for count in (0, 1, 7, 97, 4099, 1_000_003):
             inputs = make_inputs(p, count, dtype, device="cpu")
-            tensors = _placed(inputs, devices)
-            comm.allreduce(tensors)
+            tensors = _after(comm, "allreduce", inputs, devices)
             for t in tensors:
                 assert_close_to_sum(t, inputs, what=f"{key} cuda allreduce {dtype} {count}")
                 assert torch.equal(t.cpu(), tensors[0].cpu())
             for root in range(p):
-                tensors = _placed(inputs, devices)
-                comm.reduce(tensors, root=root)
+                tensors = _after(comm, "reduce", inputs, devices, root=root)
                 assert_close_to_sum(tensors[root], inputs, what=f"{key} cuda reduce {dtype} {count}")
                 assert all(torch.equal(tensors[r].cpu(), inputs[r]) for r in range(p) if r != root)
-                tensors = _placed(inputs, devices)
-                comm.broadcast(tensors, root=root)
+                tensors = _after(comm, "broadcast", inputs, devices, root=root)
                 assert all(torch.equal(t.cpu(), inputs[root]) for t in tensors)
 
 
@@ -83,15 +87,12 @@ def test_nccl_matches_the_reference():
     p = len(devices)
     for dtype in (torch.float32, torch.float16, torch.int64):
         inputs = make_inputs(p, 10_007, dtype)
-        tensors = _placed(inputs, devices)
-        comm.allreduce(tensors)
+        tensors = _after(comm, "allreduce", inputs, devices)
         for t in tensors:
             assert_close_to_sum(t, inputs, what=f"nccl {dtype}")
-        tensors = _placed(inputs, devices)
-        comm.broadcast(tensors, root=p - 1)
+        tensors = _after(comm, "broadcast", inputs, devices, root=p - 1)
         assert all(torch.equal(t.cpu(), inputs[p - 1]) for t in tensors)
-        tensors = _placed(inputs, devices)
-        comm.reduce(tensors, root=0)
+        tensors = _after(comm, "reduce", inputs, devices, root=0)
         assert_close_to_sum(tensors[0], inputs, what=f"nccl reduce {dtype}")
 
 
@@ -119,12 +120,10 @@ def test_both_reduction_paths_match_the_reference(key, kernel):
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64):
         for count in (1, 7, 4099, 1_000_003):
             inputs = make_inputs(p, count, dtype)
-            tensors = _placed(inputs, devices)
-            comm.allreduce(tensors)
+            tensors = _after(comm, "allreduce", inputs, devices)
             for t in tensors:
                 assert_close_to_sum(t, inputs, what=f"{key} {kernel} {dtype} {count}")
-            tensors = _placed(inputs, devices)
-            comm.reduce(tensors, root=p - 1)
+            tensors = _after(comm, "reduce", inputs, devices, root=p - 1)
             assert_close_to_sum(tensors[p - 1], inputs, what=f"{key} {kernel} reduce {dtype} {count}")
     if kernel == "peer":
         assert any("peer" in line for line in comm.kernel_choices())

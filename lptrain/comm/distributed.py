@@ -56,6 +56,20 @@ def auto_segment_bytes(nbytes: int, world_size: int) -> int:
     return min(max(nbytes // world_size, low), high)
 
 
+def parse_segment_size(segment_size: int | str) -> int | None:
+    """The ``segment_size`` option in bytes, or None for ``auto``; refused below 8 bytes."""
+    fixed = None if segment_size == "auto" else parse_size(segment_size, "segment_size")
+    if fixed is not None and fixed < 8:
+        raise CollectiveInputError(f"segment_size must be 'auto' or at least 8 bytes, got {segment_size!r}")
+    return fixed
+
+
+def segment_bytes(fixed: int | None, nbytes: int, world_size: int) -> int:
+    """Bytes per message of an ``nbytes`` collective: ``fixed`` (the parsed option), or the
+    automatic rule. The same on every rank, and LP's floor across processes."""
+    return fixed if fixed is not None else auto_segment_bytes(nbytes, world_size)
+
+
 class CollectiveError(RuntimeError):
     """A distributed collective failed: a peer died, stalled past the timeout, or desynced."""
 
@@ -100,9 +114,7 @@ class DistributedCommunicator:
             )
         if timeout_s <= 0:
             raise CollectiveInputError(f"timeout_s must be positive, got {timeout_s}")
-        self.segment_bytes = None if segment_size == "auto" else parse_size(segment_size, "segment_size")
-        if self.segment_bytes is not None and self.segment_bytes < 8:
-            raise CollectiveInputError(f"segment_size must be 'auto' or at least 8 bytes, got {segment_size!r}")
+        self.segment_bytes = parse_segment_size(segment_size)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise CollectiveInputError(f"window must be a positive number of receives, got {window!r}")
         self.window = window
@@ -265,9 +277,7 @@ class DistributedCommunicator:
 
     def _segment(self, count: int, itemsize: int) -> int:
         """Elements per message: the option, or the automatic rule (the same on every rank)."""
-        if self.segment_bytes is not None:
-            return max(1, self.segment_bytes // itemsize)
-        return auto_segment_bytes(count * itemsize, self.world_size) // itemsize
+        return max(1, segment_bytes(self.segment_bytes, count * itemsize, self.world_size) // itemsize)
 
     def _run(self, schedule: Schedule, work: torch.Tensor, fingerprint: dict[str, Any]) -> None:
         def wait(handle, what: str) -> None:

@@ -196,7 +196,7 @@ def build_communicator(
 def _distributed(name: str, group, options: dict[str, Any]):
     import torch.distributed as dist
 
-    from lptrain.comm.distributed import DistributedCommunicator, auto_segment_bytes
+    from lptrain.comm.distributed import DistributedCommunicator, parse_segment_size, segment_bytes
 
     schedule = name in ("lp", "mst", "be", "ring")
     in_process_only = ("reduce_kernel", "cuda_graph")
@@ -252,14 +252,9 @@ def _distributed(name: str, group, options: dict[str, Any]):
         # messages, and each costs CPU the model's alpha (the fastest exchange) leaves out. On
         # 4 gloo processes sharing two cores blocks floored at the segment took 36.7 ms for a
         # 16 MiB allreduce where the model's 1.8 MiB blocks took 41.9 (docs/BENCHMARKS.md).
-        segment = common.get("segment_size", "auto")
-        fixed = None if segment == "auto" else parse_size(segment, "segment_size")
+        fixed = parse_segment_size(common.get("segment_size", "auto"))
         builders, _ = lp_builders(
-            world,
-            on_cpu,
-            **options,
-            link=link,
-            min_block=lambda nbytes: fixed if fixed is not None else auto_segment_bytes(nbytes, world),
+            world, on_cpu, **options, link=link, min_block=lambda nbytes: segment_bytes(fixed, nbytes, world)
         )
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
