@@ -39,9 +39,11 @@ from lptrain.bench_common import (
 from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, build_communicator
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator
 from lptrain.comm.devices import DEVICE_TYPES, SpecSyntax, device_list
+from lptrain.comm.distributed import CollectiveError
 from lptrain.comm.sizes import parse_size
 from lptrain.train.launch import finish, launched_by_torchrun
 
+EXIT_PEER_FAILED = 3  # a collective across processes failed (a peer died, stalled or desynced)
 BENCH_SYNTAX = SpecSyntax(option="--devices", count_hint="--devices 4 --device-type cpu, or --devices cpu*4")
 
 
@@ -268,6 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = run_distributed(args) if several_processes else run(args)
     except (ValueError, BackendUnavailableError) as err:
         parser.error(str(err))
+    except CollectiveError as err:  # a peer died, stalled or desynced: the group is broken
+        print(f"lptrain-bench: error: {err}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_PEER_FAILED)  # leaving the group would wait on the peer that is gone
     if args.json and int(os.environ.get("RANK", "0")) == 0:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)

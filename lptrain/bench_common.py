@@ -97,14 +97,19 @@ def print_header(
     )
 
 
+def _bandwidth(gb_per_s: float) -> str:
+    """GB/s in 7 characters: two decimals, or three significant digits below 0.1 (slow links)."""
+    return f"{gb_per_s:7.2f}" if gb_per_s >= 0.1 or gb_per_s == 0 else f"{gb_per_s:7.3g}"
+
+
 def print_row(out, row: Row) -> Row:
     if out is not None:
-        moved = f"{row.moved:7.2f}" if row.moved is not None else f"{'-':>7}"
+        moved = _bandwidth(row.moved) if row.moved is not None else f"{'-':>7}"
         vs = f"{row.vs_memcpy:9.2f}" if row.vs_memcpy is not None else f"{'-':>9}"
         wrong = f"{row.wrong:6d}" if row.wrong is not None else f"{'-':>6}"
         print(
             f" {format_size(row.size):>9} {row.count:>11} {row.dtype:>8} {row.algo:>7} {row.time_us:11.1f}"
-            f" {row.algbw:7.2f} {row.busbw:7.2f} {moved} {vs} {wrong}",
+            f" {_bandwidth(row.algbw)} {_bandwidth(row.busbw)} {moved} {vs} {wrong}",
             file=out,
             flush=True,
         )

@@ -146,9 +146,13 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
         elif rank == 0:
             print("# mpi: skipped: needs CPU tensors, mpi4py, and a launch by mpirun (mpirun -np N lptrain-bench ...)")
     comms = {a: _build(a, args) for a in algos}
-    for algo, comm in comms.items():
-        if getattr(comm, "link", None) is not None and rank == 0 and not args.quiet:
-            print(f"# {algo}: block_size=auto sized for this transport as measured: {comm.link.describe()}")
+    links = {a: comm.link for a, comm in comms.items() if getattr(comm, "link", None) is not None}
+    if links and rank == 0 and not args.quiet:
+        link = next(iter(links.values()))
+        print(
+            f"# the transport as measured: {link.describe()}; segment_size=auto and lp's block_size=auto "
+            f"follow it ({', '.join(links)})"
+        )
     label = {a: (backend if a == "native" else a) for a in algos}
     ops = ["allreduce", "broadcast", "reduce"] if args.op == "all" else [args.op]
     out = __import__("sys").stdout if rank == 0 and not args.quiet else None

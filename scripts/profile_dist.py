@@ -11,7 +11,11 @@ ranks, CPU time is what the ranks end up waiting for):
     torchrun --standalone --nproc-per-node 4 scripts/profile_dist.py --size 16M --algo ring:1M,ring:4M
 
 ``NAME:SIZE`` runs NAME with ``segment_size=SIZE``. Calls alternate between the algorithms
-(round robin), so a busy machine slows all alike.
+(round robin), so a busy machine slows all alike. ``--links`` first times every rank's port
+alone (one transfer in flight at a time) and names a port slow both ways, the straggler
+that slows every collective (on an emulated cluster: ``lptrain-cluster --slow 2=50mbit``):
+
+    lptrain-cluster --nodes 4 --slow 2=50mbit -- python3 scripts/profile_dist.py --links --size 4M
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch.distributed as dist
 
 from lptrain.comm import build_communicator
 from lptrain.comm.sizes import parse_size
+from lptrain.comm.transport import port_rates, slowest_port
 
 
 def _cpu_seconds() -> float:
@@ -32,14 +37,31 @@ def _cpu_seconds() -> float:
     return used.ru_utime + used.ru_stime
 
 
+def report_ports(rank: int, world: int) -> None:
+    rates = port_rates(dist.group.WORLD, torch.device("cpu"))
+    if rank != 0:
+        return
+    print(f"# each rank's port alone (1 MiB to the next rank, from the previous), {world} gloo processes")
+    for r in rates:
+        print(f"port of rank {r.rank}: sends {r.send_bps / 1e6:8.1f} MB/s, receives {r.recv_bps / 1e6:8.1f} MB/s")
+    slow = slowest_port(rates)
+    if slow is not None:
+        print(f"slow: rank {slow.rank}'s port, {slow.best_bps / 1e6:.1f} MB/s at best either way")
+    else:
+        print("slow: no port stands out" + (" (two ranks share every transfer)" if world < 3 else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="64M", help="message size (default 64M)")
     parser.add_argument("--algo", default="ring,lp", help="schedules to profile (default ring,lp)")
     parser.add_argument("--iters", type=int, default=6, help="timed calls per algorithm (default 6)")
+    parser.add_argument("--links", action="store_true", help="time every rank's port alone and name a slow one")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    if args.links:
+        report_ports(rank, world)
     count = parse_size(args.size, "--size") // 4
     tensor = torch.ones(count)
     world_group = dist.group.WORLD

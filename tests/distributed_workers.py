@@ -53,9 +53,12 @@ def correctness(
     for name in algos:
         block = 40 if max(counts) < 1000 else "64K"  # several blocks either way, not thousands of steps
         extra = dict(options or {}) if name != "nccl" else {}
+        batched = extra.pop("batched_steps", None)
         if name == "lp":
             extra["block_size"] = block
         comm = build_communicator(name, process_group=dist.group.WORLD, timeout_s=30, **extra)
+        if batched is not None:  # the executor NCCL gets, run over gloo
+            comm.batched_steps = batched
         for dtype in DTYPES:
             for count in counts:
                 parts = [inputs(r, count, dtype, 1) for r in range(world)]

@@ -243,3 +243,56 @@ def test_the_profile_accounts_for_every_call_and_message():
         assert 0 <= prof.wait_s + prof.post_s + prof.apply_s <= prof.total_s
         assert "ms per call" in prof.describe()
     assert Profile().describe() == "no calls"
+
+
+def _sends_with_too_few_receives_ahead(program: tuple, count: int, segment: int, window: int, steps: int) -> list[str]:
+    """Run ``program`` over a recording transport; at each send, how far the receives were posted."""
+    receives = sum(not a.send for a in program)
+    events: list[str] = []
+    short: list[str] = []
+
+    def isend(buf, peer):
+        outstanding = events.count("recv") - events.count("done")
+        posted = events.count("recv")
+        if not (outstanding >= window or posted == receives):
+            short.append(f"a send with {outstanding} receives posted ahead ({posted} of {receives}, window {window})")
+        events.append("send")
+        return ("send",)
+
+    def irecv(buf, peer):
+        events.append("recv")
+        return ("recv",)
+
+    def done(handle, what):
+        if handle[0] == "recv":
+            events.append("done")
+
+    run_program(
+        program,
+        torch.zeros(count),
+        isend=isend,
+        irecv=irecv,
+        wait=done,
+        pool=StagingPool(),
+        segment_bytes=segment * 4,
+        window=window,
+        num_steps=steps,
+    )
+    assert events.count("recv") == receives
+    return short
+
+
+@pytest.mark.parametrize("window", [2, 16])
+@pytest.mark.parametrize("algo, op", CASES)
+def test_the_window_of_receives_is_full_whenever_a_send_is_issued(algo, op, window):
+    """Gloo moves a message only after the receiver's notice that its receive is posted, and
+    the notice queues behind the receiver's own outgoing bytes: a receive posted after a send
+    reaches the peer a whole message late, and the link's two directions take turns. So at
+    every send, the receives are posted ahead as far as the window allows (staged if landing
+    in place would have to wait), from the very first send of a call."""
+    p, count, segment = 4, 61, 4
+    schedule = build(algo, op, p, count, 1 if op != "allreduce" else None)
+    for r in range(p):
+        program = rank_program(schedule, r, segment)
+        short = _sends_with_too_few_receives_ahead(program, count, segment, window, schedule.num_steps)
+        assert not short, f"{algo} {op} rank {r}: {short[0]}"

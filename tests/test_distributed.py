@@ -35,6 +35,14 @@ def test_small_segments_and_a_short_window_across_processes(tmp_path):
     )
 
 
+def test_each_step_as_one_batch_across_processes(tmp_path):
+    """The step-by-step batched executor that NCCL gets, here over gloo: the reference sums."""
+    options = {"segment_size": 64, "batched_steps": True}
+    mp.spawn(
+        workers.correctness, args=(3, str(tmp_path / "store"), ["lp", "mst", "be", "ring"], [1, 257], options), nprocs=3
+    )
+
+
 def test_a_rank_calling_a_different_collective_fails_on_every_rank(tmp_path):
     mp.spawn(workers.desync, args=(3, str(tmp_path / "store"), str(tmp_path)), nprocs=3)
     for rank in range(3):

@@ -11,7 +11,17 @@ receives are cut into segments and run as soon as their own inputs are ready:
   waiting; a reducing receive lands in a persistent staging slot, reused from call to
   call, and is added the moment it is waited for, while later segments are in flight;
 * a copying receive lands straight in its destination when nothing earlier still
-  reads or writes those elements.
+  reads or writes those elements, and in a staging slot (one copy more) when something
+  does, rather than being posted late;
+* receives are posted before sends: at the start of a call and before every send the
+  window of receives is filled first.
+
+The last two matter on a network. Gloo moves a message only once the receiver has said
+that its receive is posted, and that notice travels on the same connection as the data,
+behind whatever the receiver is sending itself: a receive posted after a 4 MiB send
+reaches the peer 4 MiB later, so the two directions of a link took turns instead of
+running together (a 16 MiB ring allreduce between two ranks on 200 Mbit/s links took
+1.6 times the one-direction time, and 1.02 times once receives went first).
 
 The arithmetic is the lock-step executor's: every element gets the same additions in
 the same order (receives are applied in the schedule's order, and a step's sends carry
@@ -207,8 +217,8 @@ def run_program(
         posting += clock() - t0
         return handle
 
-    def post(a: Action) -> None:
-        if a.in_place:
+    def post(a: Action, in_place: bool) -> None:
+        if in_place:
             handle = timed(irecv, raw[a.start * size : a.stop * size], a.peer)
             posted.append(_Posted(a, handle, None))
         else:
@@ -232,11 +242,10 @@ def run_program(
         while lookahead < len(program) and len(posted) < window:
             a = program[lookahead]
             if not a.send:
-                if a.in_place and not can_post_in_place(a, cursor + 1):
-                    return  # posting it staged would cost a copy; it waits for its turn instead
-                post(a)
+                post(a, a.in_place and can_post_in_place(a, cursor + 1))
             lookahead += 1
 
+    look_ahead(-1)  # receives first: see the module docstring
     step = -1
     for cursor, a in enumerate(program):
         if a.step != step:
@@ -245,12 +254,13 @@ def run_program(
                 on_step(step)
         if a.send:
             apply_through(a)
+            look_ahead(cursor - 1)  # refill the window before this send's bytes queue up
             sending[a.index] = (a, timed(isend, raw[a.start * size : a.stop * size], a.peer))
         elif cursor >= lookahead:  # not posted by the look-ahead: post it now
             if a.in_place:
                 apply_through(a)
                 finish_sends(a.start, a.stop, a.index)
-            post(a)
+            post(a, a.in_place)
             lookahead = cursor + 1
         while len(posted) > window:
             apply_oldest()
@@ -265,4 +275,81 @@ def run_program(
         profile.total_s += clock() - started
         profile.wait_s += waited
         profile.post_s += posting
+        profile.apply_s += applied
+
+
+# batch(ops) posts [(send?, buffer, peer), ...] together and returns their handles in order.
+Batch = Callable[[list[tuple[bool, torch.Tensor, int]]], list]
+
+
+def run_batched_steps(
+    program: tuple[Action, ...],
+    work: torch.Tensor,
+    *,
+    batch: Batch,
+    wait: Wait,
+    pool: StagingPool,
+    segment_bytes: int,
+    num_steps: int,
+    on_step: Callable[[int], None] | None = None,
+    profile: Profile | None = None,
+) -> None:
+    """Run ``program`` one step at a time, each step's sends and receives posted as one batch.
+
+    For NCCL initialised eagerly (``init_process_group(device_id=...)``), which runs every
+    point-to-point operation posted on its own, one after the other, on one stream: a
+    receive waits there for the peer's send, and a send for the peer's receive, so the
+    dataflow's receives posted ahead would wait for sends queued behind the peers' own
+    receives, forever. A batch (``batch_isend_irecv``) runs its operations together, and a
+    schedule's step is a closed set of messages (every send of step t meets its receive in
+    step t of the peer), so every rank's batch of step t finds all its partners in theirs.
+
+    The arithmetic is the lock-step executor's, as in ``run_program``: a step's sends carry
+    the values from before the step, its receives are applied in program order after all of
+    them are in, a copying receive lands in place where no send of the step reads it.
+    """
+    clock = time.perf_counter
+    started = clock()
+    waited = applied = 0.0
+    raw = work.view(torch.uint8)
+    size = work.element_size()
+    by_step: dict[int, list[Action]] = {}
+    for a in program:
+        by_step.setdefault(a.step, []).append(a)
+    for number, actions in by_step.items():
+        if on_step is not None:
+            on_step(number)
+        ops, staged = [], []
+        for a in actions:
+            alone = not any(b is not a and not b.send and b.overlaps(a.start, a.stop) for b in actions)
+            if a.send or (a.in_place and alone):
+                buffer = raw[a.start * size : a.stop * size]
+                staged.append(None)
+            else:
+                slot = pool.take(work.device, segment_bytes)
+                buffer = slot[: (a.stop - a.start) * size]
+                staged.append(slot)
+            ops.append((a.send, buffer, a.peer))
+        handles = batch(ops)
+        t0 = clock()
+        for a, handle in zip(actions, handles):
+            way = f"sending to rank {a.peer}" if a.send else f"receiving from rank {a.peer}"
+            wait(handle, f"step {a.step + 1}/{num_steps}, {way}")
+        waited += clock() - t0
+        t0 = clock()
+        for a, slot in zip(actions, staged):
+            if slot is None:
+                continue
+            incoming = slot[: (a.stop - a.start) * size].view(work.dtype)
+            if a.kind is Kind.COPY:
+                work[a.start : a.stop].copy_(incoming)
+            else:
+                work[a.start : a.stop].add_(incoming)
+            pool.give(work.device, slot)
+        applied += clock() - t0
+    if profile is not None:
+        profile.calls += 1
+        profile.messages += len(program)
+        profile.total_s += clock() - started
+        profile.wait_s += waited
         profile.apply_s += applied

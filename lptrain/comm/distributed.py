@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -32,28 +33,41 @@ import torch
 import torch.distributed as dist
 
 from lptrain.comm.communicator import HALF_DTYPES, REDUCE_OPS, SUPPORTED_DTYPES, backend_dtypes, check_dtype
-from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_program
+from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_batched_steps, run_program
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.schedule import Schedule
 from lptrain.comm.sizes import parse_size
 from lptrain.comm.transport import LinkCost
 
 DEFAULT_SEGMENT = "auto"
-# "auto": a rank's whole share of the message (n / P) per message, within 1 MiB..4 MiB.
+# "auto": a rank's whole share of the message (n / P) per message, within 1 MiB..4 MiB, and
+# no longer than the measured link carries in LINK_SEGMENT_ALPHAS message costs.
 # Each message costs some 70 to 90 us of CPU (Python, gloo's bookkeeping, two system calls)
 # and on two shared cores CPU time is what the ranks wait for: a 16 MiB ring allreduce over
 # 4 processes spent 74, 66 and 60 ms of CPU (all ranks) with 1, 2 and 4 MiB segments and
 # took 0.81, 0.89 and 0.93 of gloo's speed (docs/BENCHMARKS.md). Cutting a share finer only
 # overlaps one addition with the transfer, which a ring does not need (every rank sends
 # while it receives); 4 MiB keeps a tree's pipelining and the staging window bounded.
+# On a slow network the opposite holds: a message's cost is small beside its transfer, and
+# a 4 MiB segment holds a link for long (170 ms at 200 Mbit/s), which delays what queues
+# behind it (a tree's next hop, the peer's notice that a receive is posted); there the
+# segment is the size whose transfer takes LINK_SEGMENT_ALPHAS times a message's cost.
 AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
+LINK_SEGMENT_ALPHAS = 64
+MIN_LINK_SEGMENT_BYTES = 64 << 10
 DEFAULT_WINDOW = 16  # receives posted ahead
 
 
-def auto_segment_bytes(nbytes: int, world_size: int) -> int:
-    """``segment_size=auto``: a rank's share of an ``nbytes`` message, within 1 MiB..4 MiB."""
+def auto_segment_bytes(nbytes: int, world_size: int, link: LinkCost | None = None) -> int:
+    """``segment_size=auto``: a rank's share of an ``nbytes`` message, within 1 MiB..4 MiB, and
+    on a measured ``link`` at most what it carries in ``LINK_SEGMENT_ALPHAS`` message costs
+    (a power of two, at least 64 KiB)."""
     low, high = AUTO_SEGMENT_BYTES
-    return min(max(nbytes // world_size, low), high)
+    share = min(max(nbytes // world_size, low), high)
+    if link is None:
+        return share
+    carried = LINK_SEGMENT_ALPHAS * link.alpha_s / link.beta_s_per_byte
+    return min(share, max(MIN_LINK_SEGMENT_BYTES, 1 << max(0, math.ceil(math.log2(max(carried, 1))))))
 
 
 def parse_segment_size(segment_size: int | str) -> int | None:
@@ -64,10 +78,10 @@ def parse_segment_size(segment_size: int | str) -> int | None:
     return fixed
 
 
-def segment_bytes(fixed: int | None, nbytes: int, world_size: int) -> int:
+def segment_bytes(fixed: int | None, nbytes: int, world_size: int, link: LinkCost | None = None) -> int:
     """Bytes per message of an ``nbytes`` collective: ``fixed`` (the parsed option), or the
     automatic rule. The same on every rank, and LP's floor across processes."""
-    return fixed if fixed is not None else auto_segment_bytes(nbytes, world_size)
+    return fixed if fixed is not None else auto_segment_bytes(nbytes, world_size, link)
 
 
 class CollectiveError(RuntimeError):
@@ -135,7 +149,10 @@ class DistributedCommunicator:
         self._programs: dict[tuple, tuple[Action, ...]] = {}
         self._pool = StagingPool()
         self.profile = Profile()  # where this rank's time went in the schedules' calls
-        self.link = link  # LP's automatic blocks: the measured transport they were sized for
+        self.link = link  # the measured transport: automatic segments and LP's blocks were sized for it
+        # NCCL runs unbatched point-to-point operations one after the other: each step's
+        # messages go as one batch there (run_batched_steps); gloo gets the dataflow
+        self.batched_steps = self.backend == "nccl"
         self._seq = 0
         self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
 
@@ -277,7 +294,7 @@ class DistributedCommunicator:
 
     def _segment(self, count: int, itemsize: int) -> int:
         """Elements per message: the option, or the automatic rule (the same on every rank)."""
-        return max(1, segment_bytes(self.segment_bytes, count * itemsize, self.world_size) // itemsize)
+        return max(1, segment_bytes(self.segment_bytes, count * itemsize, self.world_size, self.link) // itemsize)
 
     def _run(self, schedule: Schedule, work: torch.Tensor, fingerprint: dict[str, Any]) -> None:
         def wait(handle, what: str) -> None:
@@ -289,18 +306,31 @@ class DistributedCommunicator:
 
         itemsize = work.element_size()
         group, peers = self.group, self._global_ranks
+        common = {
+            "wait": wait,
+            "pool": self._pool,
+            "segment_bytes": self._segment(schedule.count, itemsize) * itemsize,
+            "num_steps": schedule.num_steps,
+            "on_step": on_step,
+            "profile": self.profile,
+        }
+        program = self._program(schedule, itemsize)
+        if self.batched_steps:
+
+            def batch(ops):
+                return dist.batch_isend_irecv(
+                    [dist.P2POp(dist.isend if send else dist.irecv, buf, peers[peer], group) for send, buf, peer in ops]
+                )
+
+            run_batched_steps(program, work, batch=batch, **common)
+            return
         run_program(
-            self._program(schedule, itemsize),
+            program,
             work,
             isend=lambda buf, peer: dist.isend(buf, peers[peer], group=group),
             irecv=lambda buf, peer: dist.irecv(buf, peers[peer], group=group),
-            wait=wait,
-            pool=self._pool,
-            segment_bytes=self._segment(schedule.count, itemsize) * itemsize,
             window=self.window,
-            num_steps=schedule.num_steps,
-            on_step=on_step,
-            profile=self.profile,
+            **common,
         )
 
     def _native(self, op: str, work: torch.Tensor, root: int | None, fingerprint: dict[str, Any]) -> None:

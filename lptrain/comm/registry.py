@@ -57,20 +57,26 @@ def lp_builders(
     else:
         alpha, beta = lp.DEFAULT_ALPHA_S, lp.DEFAULT_BETA_S_PER_BYTE
 
-    def block(p: int, n: int, itemsize: int) -> int:
+    def block(op: str, p: int, n: int, itemsize: int) -> int:
         if fixed_bytes is not None:
             nbytes = fixed_bytes
         else:
-            nbytes = lp.optimal_block_bytes(n * itemsize, p, alpha, beta)
+            fill = lp.pipeline_fill(op, p, allreduce)
+            nbytes = lp.optimal_block_bytes(n * itemsize, p, alpha, beta, fill)
             if min_block is not None:
                 nbytes = max(nbytes, min_block(n * itemsize))
         return max(1, nbytes // itemsize)
 
-    builders = {
-        "broadcast": lambda p, n, root, isz: lp.broadcast(p, n, root, block=block(p, n, isz), order=chain),
-        "reduce": lambda p, n, root, isz: lp.reduce(p, n, root, block=block(p, n, isz), order=chain),
-        "allreduce": lambda p, n, root, isz: lp.allreduce(p, n, block=block(p, n, isz), order=chain, mode=allreduce),
-    }
+    def bcast(p, n, root, isz):
+        return lp.broadcast(p, n, root, block=block("broadcast", p, n, isz), order=chain)
+
+    def red(p, n, root, isz):
+        return lp.reduce(p, n, root, block=block("reduce", p, n, isz), order=chain)
+
+    def allred(p, n, root, isz):
+        return lp.allreduce(p, n, block=block("allreduce", p, n, isz), order=chain, mode=allreduce)
+
+    builders = {"broadcast": bcast, "reduce": red, "allreduce": allred}
     return builders, {"block_size": block_size, "order": chain, "allreduce": allreduce}
 
 
@@ -239,22 +245,23 @@ def _distributed(name: str, group, options: dict[str, Any]):
             rank=dist.get_rank(group),
         )
     link = None
+    fixed = parse_segment_size(common.get("segment_size", "auto"))
+    lp_auto = name == "lp" and options.get("block_size", "auto") == "auto"
+    if name != "nccl" and world > 1 and (fixed is None or lp_auto):
+        # segment_size=auto and LP's automatic blocks follow this transport, measured once per group
+        from lptrain.comm.transport import link_of
+
+        link = link_of(group, torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()))
     if name == "nccl":
         builders = None
     elif name == "lp":
-        if options.get("block_size", "auto") == "auto" and world > 1:  # the blocks follow this transport
-            from lptrain.comm.transport import measure_link
-
-            device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
-            link = measure_link(group, device)
         # The executor runs each transfer as segments, each forwarded down the chain the moment
         # it is in: the segments already pipeline, so a block below a segment only adds
         # messages, and each costs CPU the model's alpha (the fastest exchange) leaves out. On
         # 4 gloo processes sharing two cores blocks floored at the segment took 36.7 ms for a
         # 16 MiB allreduce where the model's 1.8 MiB blocks took 41.9 (docs/BENCHMARKS.md).
-        fixed = parse_segment_size(common.get("segment_size", "auto"))
         builders, _ = lp_builders(
-            world, on_cpu, **options, link=link, min_block=lambda nbytes: segment_bytes(fixed, nbytes, world)
+            world, on_cpu, **options, link=link, min_block=lambda nbytes: segment_bytes(fixed, nbytes, world, link)
         )
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])

@@ -17,6 +17,7 @@ goes at its pace), so that all of them cut the message into the same blocks.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +35,9 @@ class LinkCost:
     beta_s_per_byte: float
 
     def describe(self) -> str:
-        return f"{self.alpha_s * 1e6:.0f} us per message, {1 / self.beta_s_per_byte / 1e9:.2f} GB/s"
+        rate = 1 / self.beta_s_per_byte
+        speed = f"{rate / 1e9:.2f} GB/s" if rate >= 1e9 else f"{rate / 1e6:.1f} MB/s"
+        return f"{self.alpha_s * 1e6:.0f} us per message, {speed}"
 
 
 def link_cost(small_s: float, large_s: float, large_bytes: int = LARGE_BYTES) -> LinkCost:
@@ -49,12 +52,17 @@ def link_cost(small_s: float, large_s: float, large_bytes: int = LARGE_BYTES) ->
 
 
 def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group) -> float:
+    """Send to the next rank while receiving from the previous one, posted as one batch: on
+    NCCL, unbatched operations run one after the other on one stream, and a receive posted
+    first on every rank would wait forever for a send queued behind the peer's receive."""
     nxt, prev = (rank + 1) % world, (rank - 1) % world
+    ops = [
+        dist.P2POp(dist.irecv, buf_in, dist.get_global_rank(group, prev), group),
+        dist.P2POp(dist.isend, buf_out, dist.get_global_rank(group, nxt), group),
+    ]
     began = time.perf_counter()
-    recv = dist.irecv(buf_in, dist.get_global_rank(group, prev), group=group)
-    send = dist.isend(buf_out, dist.get_global_rank(group, nxt), group=group)
-    send.wait()
-    recv.wait()
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
     if buf_in.is_cuda:
         torch.cuda.synchronize(buf_in.device)
     return time.perf_counter() - began
@@ -74,3 +82,65 @@ def measure_link(group, device: torch.device, reps: int = 9) -> LinkCost:
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     small, large = slowest.tolist()
     return link_cost(small, large)
+
+
+_MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def link_of(group, device: torch.device) -> LinkCost:
+    """``measure_link`` once per process group (every communicator built on it shares the
+    figure; the ranks build theirs in the same order, so they measure together)."""
+    if group not in _MEASURED:
+        _MEASURED[group] = measure_link(group, device)
+    return _MEASURED[group]
+
+
+@dataclass(frozen=True)
+class PortRate:
+    """Bytes per second one rank sent to the next and received from the previous, measured
+    with no other transfer in flight, so each figure is that port's own."""
+
+    rank: int
+    send_bps: float
+    recv_bps: float
+
+    @property
+    def best_bps(self) -> float:
+        return max(self.send_bps, self.recv_bps)
+
+
+def port_rates(group, device: torch.device, nbytes: int = 1 << 20) -> list[PortRate]:
+    """Every rank's port, one transfer at a time: rank r sends ``nbytes`` to rank r + 1 while
+    the others wait. The same list on every rank. A port slow both ways slows both transfers
+    it takes part in, its neighbours only one each: ``slowest_port`` tells them apart."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    took = torch.zeros(world, dtype=torch.float64, device=device)
+    for sender in range(world):
+        receiver = (sender + 1) % world
+        for attempt in range(2):  # the first pays for connections and first touches
+            dist.barrier(group=group)
+            began = time.perf_counter()
+            if rank == sender:
+                dist.send(buf, dist.get_global_rank(group, receiver), group=group)
+            elif rank == receiver:
+                dist.recv(buf, dist.get_global_rank(group, sender), group=group)
+            if buf.is_cuda:
+                torch.cuda.synchronize(buf.device)
+            if rank == receiver and attempt == 1:  # complete once the last byte is in
+                took[sender] = time.perf_counter() - began
+    dist.all_reduce(took, group=group)  # each entry was set by one rank
+    seconds = took.tolist()
+    return [PortRate(r, nbytes / seconds[r], nbytes / seconds[(r - 1) % world]) for r in range(world)]
+
+
+def slowest_port(rates: list[PortRate], margin: float = 0.75) -> PortRate | None:
+    """The rank whose port is slow both ways (its faster direction below ``margin`` times the
+    others' median), or None when no port stands out. Needs three ranks: between two, each
+    transfer involves both ports."""
+    if len(rates) < 3:
+        return None
+    slowest = min(rates, key=lambda r: r.best_bps)
+    others = sorted(r.best_bps for r in rates if r is not slowest)
+    median = others[len(others) // 2]
+    return slowest if slowest.best_bps < margin * median else None

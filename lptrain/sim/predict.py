@@ -11,12 +11,15 @@ ALGOS = ("lp", "lp-rb", "mst", "be", "ring")
 _MODULES = {"mst": mst, "be": be, "ring": ring}
 
 
-def lp_block_bytes(topology: Topology, nbytes: int) -> int:
-    """The cost-model block size for this topology's first link (what ``block_size=auto`` does)."""
+def lp_block_bytes(topology: Topology, nbytes: int, op: str = "broadcast", mode: str = "overlapped") -> int:
+    """The cost-model block size of ``op`` for this topology's first link (what ``block_size=auto`` does)."""
     if topology.world_size < 2:
         return lp.MAX_AUTO_BLOCK_BYTES
     link = topology.route(0, 1)[0]
-    return lp.optimal_block_bytes(nbytes, topology.world_size, topology.overhead + link.latency, 1 / link.bandwidth)
+    fill = lp.pipeline_fill(op, topology.world_size, mode)
+    return lp.optimal_block_bytes(
+        nbytes, topology.world_size, topology.overhead + link.latency, 1 / link.bandwidth, fill
+    )
 
 
 def schedule_for(
@@ -40,5 +43,6 @@ def predict(
 ) -> Prediction:
     """Predicted time of ``algo``'s ``op`` of ``nbytes`` on ``topology`` (auto LP block by default)."""
     count = nbytes // itemsize
-    block = block_bytes or lp_block_bytes(topology, nbytes)
+    mode = "reduce_broadcast" if algo == "lp-rb" else "overlapped"
+    block = block_bytes or lp_block_bytes(topology, nbytes, op, mode)
     return simulate(schedule_for(algo, op, topology.world_size, count, itemsize, block), topology, itemsize)

@@ -31,23 +31,34 @@ MIN_AUTO_BLOCK_BYTES = 256 * 1024
 MAX_AUTO_BLOCK_BYTES = 16 * 1024 * 1024
 
 
+def pipeline_fill(op: str, world_size: int, mode: str = "overlapped") -> int:
+    """Steps a ``k``-block schedule takes beyond ``k``: ``P - 2`` for broadcast and reduce
+    (and each half of ``reduce_broadcast``), ``2P - 3`` for the overlapped allreduce, whose
+    blocks travel the chain and back."""
+    if op == "allreduce" and mode == "overlapped":
+        return 2 * world_size - 3
+    return world_size - 2
+
+
 def optimal_block_bytes(
     message_bytes: int,
     world_size: int,
     alpha: float = DEFAULT_ALPHA_S,
     beta: float = DEFAULT_BETA_S_PER_BYTE,
+    fill: int | None = None,
 ) -> int:
-    """The block size minimising ``(P - 2 + n/b)(alpha + b beta)``, clamped to 256 KiB..16 MiB.
+    """The block size minimising ``(fill + n/b)(alpha + b beta)``, clamped to 256 KiB..16 MiB.
 
-    ``b* = sqrt(n alpha / ((P - 2) beta))``; for ``P <= 2`` there is no pipeline to fill and
-    the largest block wins, so the upper clamp applies.
+    ``b* = sqrt(n alpha / (fill beta))``, where ``fill`` is the pipeline's extra steps
+    (``pipeline_fill``; default ``P - 2``, a broadcast's). With no pipeline to fill (a
+    broadcast or reduce between two ranks) the largest block wins, so the upper clamp
+    applies. An overlapped allreduce between two ranks does fill one step: with a single
+    block its two directions would never carry data at the same time.
     """
     if message_bytes <= 0:
         return MIN_AUTO_BLOCK_BYTES
-    if world_size <= 2:
-        best = float(MAX_AUTO_BLOCK_BYTES)
-    else:
-        best = math.sqrt(message_bytes * alpha / ((world_size - 2) * beta))
+    fill = world_size - 2 if fill is None else fill
+    best = float(MAX_AUTO_BLOCK_BYTES) if fill <= 0 else math.sqrt(message_bytes * alpha / (fill * beta))
     return int(min(max(best, MIN_AUTO_BLOCK_BYTES), MAX_AUTO_BLOCK_BYTES))
 
 

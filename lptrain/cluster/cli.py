@@ -1,0 +1,239 @@
+"""``lptrain-cluster``: a multi-node cluster on one machine, with shaped links, for one command.
+
+    lptrain-cluster --nodes 4 --link 200mbit -- lptrain-bench --op all -b 16M -e 16M
+    lptrain-cluster --nodes 4 --link 200mbit -- lptrain trainer.steps=20
+    lptrain-cluster --nodes 8 --layout racks --uplink 100mbit -- lptrain-bench --op allreduce
+    lptrain-cluster --nodes 4 --slow 2=50mbit -- python3 scripts/profile_dist.py --links
+    lptrain-cluster --clean        # namespaces left by a cluster whose maker was killed (SIGKILL)
+
+Every node is a network namespace with one port of ``--link`` each way (``tc`` token
+bucket), joined by a bridge in a switch namespace; one torchrun node runs the command in
+each, rendezvousing over those links (gloo). Rank 0's output is printed; every node's
+is kept in ``--logs``. On success, failure, timeout or Ctrl-C, every process started is
+ended and every namespace made is deleted. Exit codes: the command's own (the first
+failing node's), 2 bad arguments or no privilege to make namespaces, 124 timeout, 130
+Ctrl-C, 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from lptrain.cluster.launch import Launch, LinkDown, Stop, run_on_cluster
+from lptrain.cluster.netns import (
+    Cluster,
+    ClusterError,
+    can_unshare_user,
+    has_net_admin,
+    hosts_text,
+    privilege_problem,
+    remove_prefix,
+    stale_prefixes,
+)
+from lptrain.cluster.plan import LAYOUTS, ClusterSpec, ClusterSpecError, build_plan, parse_rate
+
+EXIT_USAGE = 2
+IN_USERNS = "LPTRAIN_CLUSTER_IN_USERNS"
+
+
+def _say(message: str) -> None:
+    print(f"lptrain-cluster: {message}", file=sys.stderr, flush=True)
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    _say(f"error: {message}")
+    sys.exit(code)
+
+
+def parse_slow(items: list[str]) -> dict[int, int]:
+    slow = {}
+    for item in items:
+        node, sep, rate = item.partition("=")
+        if not sep or not node.strip().isdigit():
+            raise ClusterSpecError(f"--slow takes NODE=RATE such as 2=50mbit, got {item!r}")
+        slow[int(node)] = parse_rate(rate, f"--slow {item}")
+    return slow
+
+
+def parse_link_down(text: str | None, cue: str | None) -> LinkDown | None:
+    if text is None:
+        return None
+    node, sep, after = text.partition("@")
+    try:
+        seconds = float(after) if sep else 0.0
+        if not node.strip().isdigit() or seconds < 0:
+            raise ValueError
+    except ValueError:
+        raise ClusterSpecError(f"--link-down takes NODE@SECONDS such as 2@1.5, got {text!r}") from None
+    return LinkDown(int(node), seconds, cue)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lptrain-cluster",
+        description="Run a command across an emulated multi-node cluster (network namespaces, shaped links).",
+        usage="lptrain-cluster [options] -- COMMAND [ARGS ...]",
+    )
+    parser.add_argument("--nodes", type=int, default=4, help="nodes (namespaces), 2 to 64 (default 4)")
+    parser.add_argument("--link", default="200mbit", help="each node's port rate, each way (default 200mbit)")
+    parser.add_argument("--layout", choices=LAYOUTS, default="star", help="star (one switch) or racks")
+    parser.add_argument("--racks", type=int, default=2, help="with --layout racks: how many (default 2)")
+    parser.add_argument("--uplink", help="with --layout racks: each rack's uplink rate (default: --link)")
+    parser.add_argument("--slow", action="append", default=[], metavar="NODE=RATE", help="one node's own port rate")
+    parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")
+    parser.add_argument("--timeout", type=float, help="seconds before everything is stopped (default: none)")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds the others get after a node fails")
+    parser.add_argument("--logs", type=Path, help="folder for each node's log (default outputs/cluster/DATE/TIME-PID)")
+    parser.add_argument("--link-down", metavar="NODE@SECONDS", help="take a node's link down (fault injection)")
+    parser.add_argument("--link-down-cue", metavar="TEXT", help="count --link-down's seconds from rank 0 printing TEXT")
+    parser.add_argument("--quiet", action="store_true", help="do not print rank 0's output (it is still logged)")
+    parser.add_argument("--clean", action="store_true", help="remove namespaces left by killed lptrain-clusters")
+    parser.add_argument("--check", action="store_true", help="say whether namespaces can be made here, and exit")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each node runs (after --)")
+    return parser
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """The command with its program as an absolute path: looked up beside this Python first
+    (``python3`` is then this venv's, and its console scripts work without activating it),
+    then on PATH."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ClusterSpecError("give the command to run after --, e.g. lptrain-cluster -- lptrain-bench")
+    program = command[0]
+    found = shutil.which(program, path=str(Path(sys.executable).parent)) or shutil.which(program)
+    if found is None:
+        raise ClusterSpecError(f"command {program!r} was not found on PATH or beside {sys.executable}")
+    return [found, *command[1:]]
+
+
+def default_log_dir() -> Path:
+    now = datetime.datetime.now()
+    return Path("outputs") / "cluster" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}-{os.getpid()}"
+
+
+def _reexec_in_user_namespace(argv: list[str]) -> None:
+    """Run this command again inside a new user namespace (as its root), where it may make
+    network namespaces: they are private to it and vanish with it."""
+    env = dict(os.environ, **{IN_USERNS: "1"})
+    code = subprocess.call(
+        ["unshare", "--user", "--map-root-user", "--net", "--mount", "--fork", "--kill-child",
+         sys.executable, "-m", "lptrain.cluster.cli", *argv],
+        env=env,
+    )  # fmt: skip
+    sys.exit(code)
+
+
+def _private_mounts(plan) -> None:
+    """Inside our own mount namespace: a fresh /run/netns for ``ip netns`` to write into, and
+    an /etc/hosts that names the nodes (where /etc/netns, which root would use, is not ours)."""
+    target = Path("/run/netns") if Path("/run/netns").is_dir() else Path("/run")
+    subprocess.run(["mount", "-t", "tmpfs", "lptrain-cluster", str(target)], check=True)
+    Path("/run/netns").mkdir(exist_ok=True)
+    hosts = Path("/run/netns/.hosts")
+    hosts.write_text(hosts_text(plan))
+    subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=False, capture_output=True)
+
+
+def _validated(args: argparse.Namespace) -> tuple[ClusterSpec, list[str], LinkDown | None]:
+    """The cluster, the command and the fault asked for; a ClusterSpecError names what is wrong."""
+    spec = ClusterSpec(
+        nodes=args.nodes,
+        link_bits=parse_rate(args.link),
+        layout=args.layout,
+        racks=args.racks,
+        uplink_bits=parse_rate(args.uplink, "--uplink") if args.uplink else None,
+        slow=parse_slow(args.slow),
+    )
+    command = resolve_command(args.command)
+    link_down = parse_link_down(args.link_down, args.link_down_cue)
+    if link_down is not None and not 0 <= link_down.node < spec.nodes:
+        raise ClusterSpecError(f"--link-down names node {link_down.node}, but the nodes are 0..{spec.nodes - 1}")
+    if args.nproc_per_node < 1:
+        raise ClusterSpecError(f"--nproc-per-node must be at least 1, got {args.nproc_per_node}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise ClusterSpecError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.grace < 0:
+        raise ClusterSpecError(f"--grace must be a number of seconds, at least 0, got {args.grace}")
+    return spec, command, link_down
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.check:
+        problem = privilege_problem()
+        _say(problem or "network namespaces can be made here")
+        sys.exit(EXIT_USAGE if problem else 0)
+    if not args.clean:
+        try:
+            spec, command, link_down = _validated(args)
+        except ClusterSpecError as err:
+            _fail(str(err))
+    if not has_net_admin():
+        if os.environ.get(IN_USERNS) or not can_unshare_user():
+            _fail(privilege_problem() or "CAP_NET_ADMIN is missing")
+        if args.clean:
+            _fail("--clean needs CAP_NET_ADMIN (root): a cluster made in a user namespace vanishes with it")
+        _reexec_in_user_namespace(argv)
+    if args.clean:
+        stale = stale_prefixes()
+        for prefix in stale:
+            _say(f"removed {', '.join(remove_prefix(prefix))}")
+        if not stale:
+            _say("no namespaces of a killed lptrain-cluster were found")
+        return
+    for prefix in stale_prefixes():
+        _say(f"namespaces {prefix}-* were left by a killed lptrain-cluster; `lptrain-cluster --clean` removes them")
+    log_dir = args.logs or default_log_dir()
+    try:
+        log_dir.mkdir(parents=True, exist_ok=args.logs is not None)
+    except OSError as err:
+        _fail(f"cannot make the log folder {log_dir}: {err.strerror or err}")
+    plan = build_plan(spec, f"lpc{os.getpid()}")
+    if os.environ.get(IN_USERNS):
+        _private_mounts(plan)
+    launch = Launch(
+        command=command,
+        log_dir=log_dir,
+        nproc_per_node=args.nproc_per_node,
+        timeout_s=args.timeout,
+        grace_s=args.grace,
+        link_down=link_down,
+        echo=None if args.quiet else sys.stdout,
+        say=_say,
+    )
+    (log_dir / "cluster.txt").write_text(
+        f"{plan.describe()}\ncommand: {' '.join(command)}\nnamespaces: {' '.join(plan.namespaces)}\n"
+        + "".join(f"node {n.index}: {n.namespace} {n.address} rack {n.rack}\n" for n in plan.nodes)
+        + "".join(" ".join(c) + "\n" for c in plan.commands)
+    )
+    _say(f"{plan.describe()}; logs in {log_dir}")
+    stop = Stop()
+    stop.install()
+    cluster = Cluster(plan)
+    try:
+        cluster.up()
+    except BaseException as err:
+        cluster.down()
+        if isinstance(err, ClusterError):
+            _fail(str(err))
+        raise
+    if stop.signum is not None:  # a signal while the links were made: start nothing
+        cluster.down()
+        _fail(f"stopped by {signal.Signals(stop.signum).name} before the nodes started", 128 + stop.signum)
+    outcome = run_on_cluster(cluster, launch, stop)
+    _say(f"{outcome.reason} ({outcome.elapsed_s:.1f} s); logs in {log_dir}")
+    sys.exit(outcome.code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""Run one command on every node of an emulated cluster, and end all of it, whatever happens.
+
+Each node runs ``lptrain.cluster.node`` (torchrun's launcher) inside its namespace, in a
+session of its own, so a Ctrl-C reaches ``lptrain-cluster`` alone and it decides: every
+node is asked to stop (SIGTERM to its session), and whatever is still inside the
+cluster's namespaces a few seconds later is killed, by pid, before the namespaces are
+deleted. Rank 0's output is printed as it comes; every node's output is kept in
+``LOGS/node<i>.log``.
+
+When one node fails the others get ``grace_s`` seconds to notice and stop by
+themselves (each names what it was waiting for), then they are stopped. A node's link
+can be taken down on cue (``LinkDown``) to test exactly that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from lptrain.cluster.netns import Cluster
+
+MASTER_PORT = 29500
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+@dataclass(frozen=True)
+class LinkDown:
+    """Take ``node``'s link down ``after_s`` seconds after rank 0 prints ``cue`` (or after launch)."""
+
+    node: int
+    after_s: float
+    cue: str | None = None
+
+
+@dataclass
+class Launch:
+    command: list[str]
+    log_dir: Path
+    nproc_per_node: int = 1
+    timeout_s: float | None = None
+    grace_s: float = 30.0
+    link_down: LinkDown | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    echo: TextIO | None = sys.stdout
+    say: Callable[[str], None] = print  # lptrain-cluster's own one-line notes, as they happen
+
+
+@dataclass
+class Outcome:
+    """How the run ended: ``code`` is lptrain-cluster's exit code, ``reason`` one line."""
+
+    code: int
+    reason: str
+    node_codes: dict[int, int | None]
+    first_failure: int | None = None
+    elapsed_s: float = 0.0
+
+
+def node_environment(extra: dict[str, str]) -> dict[str, str]:
+    """The workers' environment: gloo and NCCL on the node's one interface, one thread per
+    process unless the user chose (several processes share this machine's cores)."""
+    env = dict(os.environ)
+    env.update({"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"})
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra)
+    return env
+
+
+def node_argv(cluster: Cluster, node: int, launch: Launch) -> list[str]:
+    plan = cluster.plan
+    return [
+        *cluster.exec_prefix(node),
+        sys.executable, "-m", "lptrain.cluster.node",
+        "--nnodes", str(len(plan.nodes)),
+        "--node-rank", str(node),
+        "--nproc-per-node", str(launch.nproc_per_node),
+        "--master-addr", plan.master_address,
+        "--master-port", str(MASTER_PORT),
+        "--no-python", *launch.command,
+    ]  # fmt: skip
+
+
+class _Echo(threading.Thread):
+    """Copies node 0's output to its log and to the console, and notices the link-down cue."""
+
+    def __init__(self, stream, log: Path, echo: TextIO | None, cue: str | None) -> None:
+        super().__init__(name="lptrain-cluster-echo", daemon=True)
+        self.stream, self.log, self.echo, self.cue = stream, log, echo, cue
+        self.cue_seen = threading.Event()
+
+    def run(self) -> None:
+        with open(self.log, "a", encoding="utf-8", errors="replace") as out:
+            for line in iter(self.stream.readline, ""):
+                out.write(line)
+                out.flush()
+                if self.echo is not None:
+                    self.echo.write(line)
+                    self.echo.flush()
+                if self.cue is not None and self.cue in line:
+                    self.cue_seen.set()
+
+
+class Stop:
+    """Signals turned into a request the run loop polls (a second Ctrl-C skips the grace)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.count = 0
+
+    def __call__(self, signum, frame) -> None:
+        self.signum = signum
+        self.count += 1
+
+    def install(self) -> dict:
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, self)
+        return previous
+
+
+def run_on_cluster(cluster: Cluster, launch: Launch, stop: Stop | None = None) -> Outcome:
+    """Start every node, wait for them (or the timeout, a failure, a signal), end them all."""
+    stop = stop or Stop()
+    env = node_environment(launch.env)
+    nodes = range(len(cluster.plan.nodes))
+    procs: dict[int, subprocess.Popen] = {}
+    files = []
+    echo = None
+    began = time.monotonic()
+    outcome = Outcome(0, "", {i: None for i in nodes})
+    try:
+        for i in nodes:
+            log = launch.log_dir / f"node{i}.log"
+            if i == 0:
+                proc = subprocess.Popen(
+                    node_argv(cluster, i, launch), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+                )  # fmt: skip
+                cue = launch.link_down.cue if launch.link_down else None
+                echo = _Echo(proc.stdout, log, launch.echo, cue)
+                echo.start()
+            else:
+                f = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed once the node has ended
+                files.append(f)
+                proc = subprocess.Popen(
+                    node_argv(cluster, i, launch), env=env, stdout=f, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )  # fmt: skip
+            procs[i] = proc
+        _wait(cluster, launch, procs, echo, stop, began, outcome)
+    finally:
+        for proc in procs.values():
+            _stop_session(proc)
+        cluster_pids = cluster.down()  # kills whatever is still inside, then deletes the namespaces
+        for i, proc in procs.items():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a process outside our namespaces
+                proc.kill()
+                proc.wait()
+            if outcome.node_codes.get(i) is None:
+                outcome.node_codes[i] = proc.returncode
+        if echo is not None:
+            echo.join(timeout=5)
+        for f in files:
+            f.close()
+        if cluster_pids:
+            launch.say(f"ended {len(cluster_pids)} process(es) left in the namespaces")
+        outcome.elapsed_s = time.monotonic() - began
+    return outcome
+
+
+def _stop_session(proc: subprocess.Popen) -> None:
+    """SIGTERM to the session the node was started in (its launcher; the launcher stops its
+    workers), if it is still running."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+
+
+def _wait(cluster: Cluster, launch: Launch, procs, echo, stop: Stop, began: float, outcome: Outcome) -> None:
+    down = launch.link_down
+    cue_time = None if (down and down.cue) else began
+    failed_at = None
+    while True:
+        now = time.monotonic()
+        for i, proc in procs.items():
+            code = proc.poll()
+            if code is not None and outcome.node_codes[i] is None:
+                outcome.node_codes[i] = code
+                if code != 0 and outcome.first_failure is None:
+                    outcome.first_failure, failed_at = i, now
+        if all(c is not None for c in outcome.node_codes.values()):
+            break
+        if down is not None:
+            if cue_time is None and echo is not None and echo.cue_seen.is_set():
+                cue_time = now
+            if cue_time is not None and now - cue_time >= down.after_s:
+                cluster.set_link(down.node, up=False)
+                launch.say(f"took node {down.node}'s link down at {now - began:.1f} s")
+                down = None
+        if stop.signum is not None:
+            name = signal.Signals(stop.signum).name
+            outcome.code = EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_TERMINATED
+            outcome.reason = f"stopped by {name}: every node was ended and the namespaces removed"
+            return
+        if launch.timeout_s is not None and now - began > launch.timeout_s:
+            outcome.code = EXIT_TIMEOUT
+            outcome.reason = f"timed out after {launch.timeout_s:g} s: every node was ended and the namespaces removed"
+            return
+        if failed_at is not None and now - failed_at > launch.grace_s:
+            break
+        time.sleep(0.05)
+    failure = outcome.first_failure
+    if failure is None:
+        outcome.code, outcome.reason = 0, "every node finished"
+        return
+    outcome.code = outcome.node_codes[failure] or 1
+    log = launch.log_dir / f"node{failure}.log"
+    said = _last_line(log)
+    outcome.reason = f"node {failure} failed first (exit code {outcome.code})" + (f": {said}" if said else "")
+
+
+# torchrun's own log lines (glog style: "E1203 20:34:02.828000 6337 .../torch/distributed/elastic/...")
+_LAUNCHER_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*torch/distributed/elastic/")
+
+
+def _last_line(path: Path) -> str:
+    """The last line the node's command printed (not torchrun's own report of its exit)."""
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    said = [line for line in lines if not _LAUNCHER_LINE.match(line)]
+    return said[-1] if said else ""

@@ -1,0 +1,233 @@
+"""Make an emulated cluster's namespaces and links, and remove every trace of them.
+
+Everything ``Cluster`` adds is a named network namespace whose name starts with its
+prefix (``lpc<pid>-``, the pid of the ``lptrain-cluster`` that made it); deleting a
+namespace deletes the veth ends, bridges and queues inside it, so teardown is: end every
+process still inside one of *our* namespaces (``ip netns pids`` lists exactly those), then
+delete the namespaces, switch last. Nothing is matched by process name, and nothing
+outside the prefix is touched.
+
+Making namespaces needs CAP_NET_ADMIN: root, or a user namespace where the kernel lets
+an ordinary user make one (``lptrain.cluster.cli`` then runs itself inside one, where the
+namespaces are private to it and vanish with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from lptrain.cluster.plan import NODE_IF, ClusterPlan, Shaping
+
+CAP_NET_ADMIN = 12
+ETC_NETNS = Path("/etc/netns")
+PREFIX_PATTERN = re.compile(r"^lpc(\d+)-")
+
+
+class ClusterError(RuntimeError):
+    """The emulated cluster could not be made, or a command on it failed."""
+
+
+def has_net_admin() -> bool:
+    """Whether this process may configure network namespaces (CAP_NET_ADMIN effective)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN & 1)
+    except OSError:
+        pass
+    return os.geteuid() == 0
+
+
+def can_unshare_user() -> bool:
+    """Whether an ordinary user may make a user namespace with its own network (and mounts)."""
+    try:
+        done = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--net", "--mount", "true"],
+            capture_output=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def privilege_problem() -> str | None:
+    """None where namespaces can be made here (as root, or in a user namespace), else why not."""
+    if has_net_admin() or can_unshare_user():
+        return None
+    return (
+        "an emulated cluster needs CAP_NET_ADMIN to make network namespaces: run it as root, or where "
+        "the kernel lets users make user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+        "user.max_user_namespaces > 0)"
+    )
+
+
+def run_ip(argv: Sequence[str]) -> None:
+    """Run one ``ip``/``tc`` command; a failure names the command and what it printed."""
+    done = subprocess.run(list(argv), capture_output=True, text=True)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise ClusterError(f"`{' '.join(argv)}` failed: {said[-1] if said else f'exit {done.returncode}'}")
+
+
+def list_namespaces() -> list[str]:
+    done = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+
+
+def pids_in(namespace: str) -> list[int]:
+    """The processes whose network namespace is ``namespace``."""
+    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    return [int(p) for p in done.stdout.split() if p.isdigit()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is dead for our purpose: it holds no namespace and waits only for its parent
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def end_processes_in(namespaces: Sequence[str], grace_s: float = 3.0) -> list[int]:
+    """SIGTERM, then after ``grace_s`` SIGKILL, every process inside ``namespaces``; the pids ended."""
+    ended: list[int] = []
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        pids = [p for ns in namespaces for p in pids_in(ns) if _alive(p)]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                continue
+            ended.append(pid)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.05)
+    return sorted(set(ended))
+
+
+def stale_prefixes() -> list[str]:
+    """Prefixes of lptrain-cluster namespaces whose maker is no longer running (a SIGKILL)."""
+    stale = set()
+    for name in list_namespaces():
+        match = PREFIX_PATTERN.match(name)
+        if match and not _maker_alive(int(match.group(1))):
+            stale.add(f"lpc{match.group(1)}")
+    return sorted(stale)
+
+
+def _maker_alive(pid: int) -> bool:
+    if not _alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return False
+    return b"lptrain" in cmdline and b"cluster" in cmdline
+
+
+def remove_prefix(prefix: str) -> list[str]:
+    """Delete every namespace named ``prefix-*`` (ending the processes inside first)."""
+    ours = [n for n in list_namespaces() if n.startswith(f"{prefix}-")]
+    end_processes_in(ours)
+    for name in sorted(ours, key=lambda n: n.endswith("-sw")):  # the switch last
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        with contextlib.suppress(OSError):
+            (ETC_NETNS / name / "hosts").unlink(missing_ok=True)
+            (ETC_NETNS / name).rmdir()
+    return ours
+
+
+def hosts_text(plan: ClusterPlan) -> str:
+    """Each node by name, under its IPv4 address and the IPv6 form of it that a dual-stack
+    socket reports (torch's store looks the peer's name up and warns when none is found)."""
+    lines = ["127.0.0.1 localhost", "::1 localhost"]
+    for n in plan.nodes:
+        lines += [f"{n.address} node{n.index}", f"::ffff:{n.address} node{n.index}"]
+    return "\n".join(lines) + "\n"
+
+
+class Cluster:
+    """The namespaces and links of ``plan``, made on ``up()`` and removed on ``down()``.
+
+    ``down()`` removes exactly the namespaces that ``up()`` added, also after ``up()``
+    failed half-way, and may be called any number of times.
+    """
+
+    def __init__(self, plan: ClusterPlan, etc: Path = ETC_NETNS) -> None:
+        self.plan = plan
+        self.added: list[str] = []
+        self.etc = etc
+        self.written: list[Path] = []  # folders of per-namespace /etc files made by up()
+
+    def up(self) -> None:
+        existing = set(list_namespaces())
+        clash = [n for n in self.plan.namespaces if n in existing]
+        if clash:
+            raise ClusterError(f"namespace {clash[0]} exists already; it was not made by this run and is left alone")
+        for name in self.plan.namespaces:
+            run_ip(["ip", "netns", "add", name])
+            self.added.append(name)
+        for command in self.plan.commands:
+            run_ip(command)
+        self._write_hosts()
+
+    def _write_hosts(self) -> None:
+        """Name every node in each node's /etc/hosts (``ip netns exec`` mounts
+        ``/etc/netns/NAME/hosts`` there), so that looking up a peer's address finds a name.
+        Skipped where /etc/netns cannot be written (a user namespace: see ``hosts_text``)."""
+        try:
+            if not self.etc.exists():
+                self.etc.mkdir()
+                self.written.append(self.etc)
+            for node in self.plan.nodes:
+                folder = self.etc / node.namespace
+                folder.mkdir()
+                self.written.append(folder)
+                (folder / "hosts").write_text(hosts_text(self.plan))
+        except OSError:
+            return
+
+    def down(self) -> list[int]:
+        """End the processes left inside the namespaces, then delete them; the pids ended."""
+        ended = end_processes_in(self.added)
+        for name in [n for n in self.added if n != self.plan.switch] + [n for n in self.added if n == self.plan.switch]:
+            done = subprocess.run(["ip", "netns", "del", name], capture_output=True, text=True)
+            if done.returncode != 0 and name in list_namespaces():
+                raise ClusterError(f"could not delete namespace {name}: {done.stderr.strip()}")
+        self.added.clear()
+        for folder in reversed(self.written):  # what up() made, and nothing else
+            with contextlib.suppress(OSError):
+                (folder / "hosts").unlink(missing_ok=True)
+                folder.rmdir()
+        self.written.clear()
+        return ended
+
+    def exec_prefix(self, node: int) -> list[str]:
+        """The argv prefix that runs a command inside node ``node``'s namespace."""
+        return ["ip", "netns", "exec", self.plan.nodes[node].namespace]
+
+    def set_link(self, node: int, up: bool) -> None:
+        """Take node ``node``'s port down (a cable pulled) or bring it back."""
+        run_ip(["ip", "-n", self.plan.nodes[node].namespace, "link", "set", NODE_IF, "up" if up else "down"])
+
+    def set_rate(self, node: int, bits: int) -> None:
+        """Change node ``node``'s port rate in both directions while the cluster runs."""
+        n = self.plan.nodes[node]
+        for shaping in (Shaping(n.namespace, NODE_IF, bits), Shaping(self.plan.switch, n.port, bits)):
+            run_ip(shaping.command())
