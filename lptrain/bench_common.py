@@ -44,6 +44,10 @@ class Row:
     moved: float | None
     vs_memcpy: float | None
     wrong: int | None
+    segment: int | None = None  # across processes: bytes per message of the schedules
+    block: int | None = None  # lp's block in bytes
+    link_alpha_s: float | None = None  # the transport as measured (segments and lp's blocks follow it)
+    link_bytes_per_s: float | None = None
 
 
 def message_sizes(begin: int, end: int, factor: int) -> list[int]:

@@ -176,9 +176,14 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
             for algo, comm, _, _, wrong, times in candidates:
                 sec = statistics.median(times)
                 algbw = nbytes / sec / 1e9
-                moved = None
+                moved = segment = block = None
                 if algo in args.variants and args.variants[algo][0] != "auto":
-                    moved = comm.schedule(op, count, args.root, dtype).elements_moved() * itemsize / sec / 1e9
+                    schedule = comm.schedule(op, count, args.root, dtype)
+                    moved = schedule.elements_moved() * itemsize / sec / 1e9
+                    segment = comm.segment_elements(count, itemsize) * itemsize
+                    if args.variants[algo][0] == "lp" and schedule.steps:
+                        block = schedule.steps[0][0].count * itemsize
+                link = getattr(comm, "link", None)
                 row = common.Row(
                     op,
                     nbytes,
@@ -192,6 +197,10 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
                     moved,
                     None,
                     wrong,
+                    segment,
+                    block,
+                    link.alpha_s if link else None,
+                    1 / link.beta_s_per_byte if link else None,
                 )
                 rows.append(common.print_row(out, row))
     return rows

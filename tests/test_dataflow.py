@@ -90,6 +90,7 @@ def run_dataflow(
     window: int,
     lazy: bool = False,
     profiles: list[Profile] | None = None,
+    order: str = "eager",
 ) -> list[torch.Tensor]:
     net = Loopback(lazy)
     work = [x.clone() for x in inputs]
@@ -108,6 +109,7 @@ def run_dataflow(
                 window=window,
                 num_steps=schedule.num_steps,
                 profile=profiles[r] if profiles else None,
+                order=order,
             )
         except BaseException as err:  # reported by the test thread
             errors.append(err)
@@ -168,6 +170,31 @@ def test_dataflow_equals_lockstep_bitwise(algo, op, p, segment, window, lazy):
         for r in holders if op != "broadcast" else range(p):
             expected = inputs[root].double() if op == "broadcast" else total
             assert torch.allclose(got[r].double(), expected, atol=1e-4), f"{algo} {op}: not the plain result"
+
+
+@pytest.mark.parametrize("order", ["ports", "steps"])
+@pytest.mark.parametrize("p", [3, 4, 8])
+@pytest.mark.parametrize("algo, op", CASES)
+def test_every_issue_order_gives_the_lockstep_result_bitwise(algo, op, p, order):
+    """Waiting for earlier steps (ports, steps) changes when messages go, never what is added."""
+    for count, segment, window in ((7, 1, 2), (61, 3, 16), (61, 1000, 4)):
+        root = (count + p) % p if op != "allreduce" else None
+        schedule = build(algo, op, p, count, root)
+        g = torch.Generator().manual_seed(count * 17 + p)
+        inputs = [torch.randn(count, generator=g, dtype=torch.float64).float() for _ in range(p)]
+        want = lockstep(schedule, inputs)
+        for lazy in (False, True):
+            got = run_dataflow(schedule, inputs, segment, window, lazy, order=order)
+            assert all(torch.equal(a, b) for a, b in zip(got, want)), f"{algo} {op} P={p} {order} count={count}"
+
+
+def test_the_algorithms_choose_an_issue_order_the_executor_knows():
+    from lptrain.comm.dataflow import ISSUE_ORDERS
+
+    assert {m.ISSUE_ORDER for m in (lp, mst, be, ring)} <= set(ISSUE_ORDERS)
+    with pytest.raises(ValueError, match="unknown issue order"):
+        run_program((), torch.zeros(1), isend=None, irecv=None, wait=None, pool=StagingPool(), segment_bytes=4,
+                    window=1, num_steps=0, order="sideways")  # fmt: skip
 
 
 def hand_made(p: int, steps: list[list[tuple[int, int, int, int, Kind]]], count: int = 8) -> Schedule:
@@ -296,3 +323,42 @@ def test_the_window_of_receives_is_full_whenever_a_send_is_issued(algo, op, wind
         program = rank_program(schedule, r, segment)
         short = _sends_with_too_few_receives_ahead(program, count, segment, window, schedule.num_steps)
         assert not short, f"{algo} {op} rank {r}: {short[0]}"
+
+
+@pytest.mark.parametrize(
+    "algo, op", [("be", "allreduce"), ("be", "broadcast"), ("ring", "broadcast"), ("mst", "broadcast")]
+)
+@pytest.mark.parametrize("order", ["ports", "steps"])
+def test_an_issue_order_holds_back_the_sends_it_should(algo, op, order):
+    """ports: a send waits until this rank's earlier-step sends to other peers are done;
+    steps: also until every earlier-step receive is in."""
+    schedule = build(algo, op, 8, 61, 0 if op != "allreduce" else None)
+    for r in range(8):
+        program = rank_program(schedule, r, 4)
+        sends = iter([a for a in program if a.send])
+        recvs = iter([a for a in program if not a.send])
+        pending: dict[int, tuple[str, object]] = {}  # id(handle) -> (kind, action)
+        broken: list[str] = []
+
+        def isend(buf, peer, sends=sends, pending=pending, broken=broken):
+            a = next(sends)
+            for kind, b in pending.values():
+                if kind == "send" and b.step < a.step and b.peer != a.peer:
+                    broken.append(f"step {a.step} sent to {a.peer} before step {b.step}'s send to {b.peer} was done")
+                if order == "steps" and kind == "recv" and b.step < a.step:
+                    broken.append(f"step {a.step} sent before step {b.step}'s receive was in")
+            handle = object()
+            pending[id(handle)] = ("send", a)
+            return handle
+
+        def irecv(buf, peer, recvs=recvs, pending=pending):
+            handle = object()
+            pending[id(handle)] = ("recv", next(recvs))
+            return handle
+
+        def done(handle, what, pending=pending):
+            pending.pop(id(handle), None)
+
+        run_program(program, torch.zeros(61), isend=isend, irecv=irecv, wait=done, pool=StagingPool(),
+                    segment_bytes=16, window=16, num_steps=schedule.num_steps, order=order)  # fmt: skip
+        assert not broken, f"{algo} {op} rank {r}: {broken[0]}"

@@ -27,6 +27,12 @@ The arithmetic is the lock-step executor's: every element gets the same addition
 the same order (receives are applied in the schedule's order, and a step's sends carry
 the values from before that step's receives), so results are bitwise the same.
 
+How far steps may overlap is the algorithm's choice (``ISSUE_ORDERS``): ``eager`` sends
+a segment whenever its data is in (LP's pipeline); ``ports`` first waits until this
+rank's sends of earlier steps to other peers are done (a tree's parent serves one child
+at a time, where all at once would share its port); ``steps`` also applies every receive
+of earlier steps first (BE and ring, whose steps each exchange with a new partner).
+
 Messages between two ranks match in the order they are posted, so sends are issued and
 receives posted in program order; the look-ahead stops at the first receive it may not
 post yet. Every wait names the step and the peer it was for.
@@ -42,6 +48,8 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.comm.schedule import Kind, Schedule
+
+ISSUE_ORDERS = ("eager", "ports", "steps")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +171,11 @@ def run_program(
     num_steps: int,
     on_step: Callable[[int], None] | None = None,
     profile: Profile | None = None,
+    order: str = "eager",
 ) -> None:
     """Run ``program`` on this rank's flat ``work`` tensor (see the module docstring)."""
+    if order not in ISSUE_ORDERS:
+        raise ValueError(f"unknown issue order {order!r}; valid: {', '.join(ISSUE_ORDERS)}")
     clock = time.perf_counter
     started = clock()
     waited = applied = posting = 0.0
@@ -254,6 +265,13 @@ def run_program(
                 on_step(step)
         if a.send:
             apply_through(a)
+            if order != "eager":
+                for index in [i for i, (s, _) in sending.items() if s.step < a.step and s.peer != a.peer]:
+                    earlier, handle = sending.pop(index)
+                    timed_wait(handle, earlier)
+            if order == "steps":
+                while posted and posted[0].action.step < a.step:
+                    apply_oldest()
             look_ahead(cursor - 1)  # refill the window before this send's bytes queue up
             sending[a.index] = (a, timed(isend, raw[a.start * size : a.stop * size], a.peer))
         elif cursor >= lookahead:  # not posted by the look-ahead: post it now

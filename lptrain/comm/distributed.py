@@ -41,7 +41,7 @@ from lptrain.comm.transport import LinkCost
 
 DEFAULT_SEGMENT = "auto"
 # "auto": a rank's whole share of the message (n / P) per message, within 1 MiB..4 MiB, and
-# no longer than the measured link carries in LINK_SEGMENT_ALPHAS message costs.
+# no longer than the measured link carries in LINK_SEGMENT_SECONDS.
 # Each message costs some 70 to 90 us of CPU (Python, gloo's bookkeeping, two system calls)
 # and on two shared cores CPU time is what the ranks wait for: a 16 MiB ring allreduce over
 # 4 processes spent 74, 66 and 60 ms of CPU (all ranks) with 1, 2 and 4 MiB segments and
@@ -51,22 +51,24 @@ DEFAULT_SEGMENT = "auto"
 # On a slow network the opposite holds: a message's cost is small beside its transfer, and
 # a 4 MiB segment holds a link for long (170 ms at 200 Mbit/s), which delays what queues
 # behind it (a tree's next hop, the peer's notice that a receive is posted); there the
-# segment is the size whose transfer takes LINK_SEGMENT_ALPHAS times a message's cost.
+# segment is what the link carries in 10 ms, about a hundred times a message's CPU cost
+# (the link's measured alpha is no guide here: on a busy machine the fastest small exchange
+# waits for four processes to get a core, and read 3 ms where the quiet machine read 0.13).
 AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
-LINK_SEGMENT_ALPHAS = 64
+LINK_SEGMENT_SECONDS = 0.01
 MIN_LINK_SEGMENT_BYTES = 64 << 10
 DEFAULT_WINDOW = 16  # receives posted ahead
 
 
 def auto_segment_bytes(nbytes: int, world_size: int, link: LinkCost | None = None) -> int:
     """``segment_size=auto``: a rank's share of an ``nbytes`` message, within 1 MiB..4 MiB, and
-    on a measured ``link`` at most what it carries in ``LINK_SEGMENT_ALPHAS`` message costs
-    (a power of two, at least 64 KiB)."""
+    on a measured ``link`` at most what it carries in ``LINK_SEGMENT_SECONDS`` (a power of
+    two, at least 64 KiB)."""
     low, high = AUTO_SEGMENT_BYTES
     share = min(max(nbytes // world_size, low), high)
     if link is None:
         return share
-    carried = LINK_SEGMENT_ALPHAS * link.alpha_s / link.beta_s_per_byte
+    carried = LINK_SEGMENT_SECONDS / link.beta_s_per_byte
     return min(share, max(MIN_LINK_SEGMENT_BYTES, 1 << max(0, math.ceil(math.log2(max(carried, 1))))))
 
 
@@ -120,6 +122,7 @@ class DistributedCommunicator:
         segment_size: int | str = DEFAULT_SEGMENT,
         window: int = DEFAULT_WINDOW,
         link: LinkCost | None = None,
+        issue_order: str = "eager",
     ) -> None:
         if not dist.is_initialized():
             raise CollectiveInputError(
@@ -149,6 +152,7 @@ class DistributedCommunicator:
         self._programs: dict[tuple, tuple[Action, ...]] = {}
         self._pool = StagingPool()
         self.profile = Profile()  # where this rank's time went in the schedules' calls
+        self.issue_order = issue_order  # how far the executor may overlap steps (the algorithm's ISSUE_ORDER)
         self.link = link  # the measured transport: automatic segments and LP's blocks were sized for it
         # NCCL runs unbatched point-to-point operations one after the other: each step's
         # messages go as one batch there (run_batched_steps); gloo gets the dataflow
@@ -220,7 +224,7 @@ class DistributedCommunicator:
             "algorithm": self.name,
             "root": root,
             "reduce_op": how,
-            "segment": self._segment(tensor.numel(), tensor.element_size()),  # ranks must cut messages alike
+            "segment": self.segment_elements(tensor.numel(), tensor.element_size()),  # ranks must cut messages alike
         }
 
     def _agree(self, mine: dict[str, Any]) -> None:
@@ -288,11 +292,11 @@ class DistributedCommunicator:
     def _program(self, schedule: Schedule, itemsize: int) -> tuple[Action, ...]:
         key = (id(schedule), itemsize)
         if key not in self._programs:
-            segment = self._segment(schedule.count, itemsize)
+            segment = self.segment_elements(schedule.count, itemsize)
             self._programs[key] = rank_program(schedule, self.rank, segment)
         return self._programs[key]
 
-    def _segment(self, count: int, itemsize: int) -> int:
+    def segment_elements(self, count: int, itemsize: int) -> int:
         """Elements per message: the option, or the automatic rule (the same on every rank)."""
         return max(1, segment_bytes(self.segment_bytes, count * itemsize, self.world_size, self.link) // itemsize)
 
@@ -309,7 +313,7 @@ class DistributedCommunicator:
         common = {
             "wait": wait,
             "pool": self._pool,
-            "segment_bytes": self._segment(schedule.count, itemsize) * itemsize,
+            "segment_bytes": self.segment_elements(schedule.count, itemsize) * itemsize,
             "num_steps": schedule.num_steps,
             "on_step": on_step,
             "profile": self.profile,
@@ -330,6 +334,7 @@ class DistributedCommunicator:
             isend=lambda buf, peer: dist.isend(buf, peers[peer], group=group),
             irecv=lambda buf, peer: dist.irecv(buf, peers[peer], group=group),
             window=self.window,
+            order=self.issue_order,
             **common,
         )
 

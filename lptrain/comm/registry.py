@@ -265,7 +265,8 @@ def _distributed(name: str, group, options: dict[str, Any]):
         )
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
-    return DistributedCommunicator(name, group, builders, **common, link=link)
+    order = {"lp": lp, "mst": mst, "be": be, "ring": ring}[name].ISSUE_ORDER if builders else "eager"
+    return DistributedCommunicator(name, group, builders, **common, link=link, issue_order=order)
 
 
 def available() -> list[str]:

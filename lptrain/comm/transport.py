@@ -68,16 +68,18 @@ def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int
     return time.perf_counter() - began
 
 
-def measure_link(group, device: torch.device, reps: int = 9) -> LinkCost:
-    """Every rank of ``group`` together: the slowest link's ``LinkCost`` (the same on all)."""
+def measure_link(group, device: torch.device, reps: int = 9, small_reps: int = 30) -> LinkCost:
+    """Every rank of ``group`` together: the slowest link's ``LinkCost`` (the same on all).
+    Small exchanges cost nothing much, so they are repeated more: the fastest of them is
+    ``alpha``, and on a busy machine it takes many tries to catch every rank on a core."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     times = []
-    for nbytes in (SMALL_BYTES, LARGE_BYTES):
+    for nbytes, tries in ((SMALL_BYTES, small_reps), (LARGE_BYTES, reps)):
         out = torch.zeros(nbytes, dtype=torch.uint8, device=device)
         into = torch.empty_like(out)
         for _ in range(2):  # warm-up: connections, allocations, first touch
             _exchange(out, into, rank, world, group)
-        times.append(min(_exchange(out, into, rank, world, group) for _ in range(reps)))
+        times.append(min(_exchange(out, into, rank, world, group) for _ in range(tries)))
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
     small, large = slowest.tolist()

@@ -19,6 +19,7 @@ Shipped machines (``TOPOLOGIES``):
 * ``nvlink``: an NVLink-style full mesh: every pair of GPUs has its own link.
 * ``nodes``: several nodes of GPUs under PCIe switches, joined through one network port
   per node to a network switch.
+* ``racks``: one port per device in racks joined by uplinks (``lptrain-cluster --layout racks``).
 * ``host``: CPU "devices" in one process: one memory system does every transfer, one
   after the other (``serial``), as the in-process CPU executor does.
 """
@@ -225,6 +226,38 @@ def nodes(
     return Topology("nodes", p, overhead, gamma, route)
 
 
+def racks(
+    p: int,
+    racks: int = 2,
+    bandwidth: float = NETWORK_BW,
+    uplink_bandwidth: float | None = None,
+    latency: float = NETWORK_LATENCY,
+    overhead: float = GPU_OVERHEAD,
+    gamma: float = GPU_GAMMA,
+) -> Topology:
+    """One port per device (``oneport``), the devices split into racks of consecutive ranks,
+    every rack joined to rack 0 by an uplink of ``uplink_bandwidth`` each way: the layout of
+    ``lptrain-cluster --layout racks`` (traffic between two racks other than 0 crosses both
+    of their uplinks)."""
+    link = _Links(bandwidth, latency)
+
+    def rack(a: int) -> int:
+        return a * racks // p
+
+    def route(a: int, b: int) -> tuple[Link, ...]:
+        ra, rb = rack(a), rack(b)
+        hops: list[Link] = [link(f"{a}.out")]
+        if ra != rb:
+            if ra != 0:
+                hops.append(link(f"rack{ra}->rack0", uplink_bandwidth or bandwidth, 0.0))
+            if rb != 0:
+                hops.append(link(f"rack0->rack{rb}", uplink_bandwidth or bandwidth, 0.0))
+        hops.append(link(f"{b}.in", latency=0.0))
+        return tuple(hops)
+
+    return Topology("racks", p, overhead, gamma, route)
+
+
 def host(
     p: int, bandwidth: float = 13 * GB, overhead: float = 10e-6, gamma: float = 1 / 40e9, call_overhead: float = 20e-6
 ) -> Topology:
@@ -243,6 +276,7 @@ TOPOLOGIES = {
     "pcie2s": pcie2s,
     "nvlink": nvlink,
     "nodes": nodes,
+    "racks": racks,
     "host": host,
 }
 
