@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -146,11 +147,11 @@ def figure(data: dict, path: Path) -> None:
     rows = ex.with_nominal(data)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=False)
     for ax, op in zip(axes, ex.OPS):
-        for algo in ex.BENCH_ALGOS:
+        for algo in ex.TABLE_ALGOS:
             points = sorted((r["nodes"], ex._n_over_b(r)) for r in rows if r["op"] == op and r["algo"] == algo
                             and r["size"] == BIG)  # fmt: skip
             if points:
-                ax.plot(*zip(*points), marker="o", label="gloo's own" if algo == "nccl" else algo)
+                ax.plot(*zip(*points), marker="o", label="gloo's own" if algo == "gloo" else algo)
         ax.set_title(f"{op}, 16 MiB (measured)")
         ax.set_xlabel("P (nodes)")
         ax.set_ylabel("time / (n/B)")
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-nodes", type=_nodes, default=[2, 4, 8])
     p.add_argument("--train-steps", type=int, default=6)
     p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--sizes", default="4M,16M", help="the benchmark's message sizes (from,to: -b and -e, x4 apart)")
     p.add_argument("--only", default="bench,auto,train", help="parts to measure again: bench, auto, train")
     p.add_argument("--render", action="store_true", help="no runs: tables and figure from docs/data/cluster.json")
     args = p.parse_args(argv)
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         render(previous)
         return 0
     only = set(args.only.split(","))
+    if os.geteuid() == 0:
+        os.nice(-10)  # ahead of whatever else runs on the machine: the CPU should not set the times
     if not only <= {"bench", "auto", "train"}:
         p.error(f"--only takes bench, auto and train, got {args.only!r}")
 
@@ -199,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         DATA.write_text(json.dumps(data, indent=1) + "\n")
 
     try:
-        data = ex.measure(args.nodes, args.link, ("4M", "16M"), args.trials, args.train_nodes, args.train_steps, only,
+        sizes = tuple(args.sizes.split(","))
+        data = ex.measure(args.nodes, args.link, sizes, args.trials, args.train_nodes, args.train_steps, only,
                           previous, say=lambda m: print(m, file=sys.stderr, flush=True), save=save)  # fmt: skip
     except RuntimeError as err:
         print(f"cluster_results: error: {err}", file=sys.stderr)

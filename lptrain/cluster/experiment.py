@@ -24,10 +24,12 @@ from pathlib import Path
 import torch
 
 from lptrain.cluster.plan import parse_rate
+from lptrain.comm.sizes import parse_size
 
 OPS = ("broadcast", "reduce", "allreduce")
 SCHEDULE_ALGOS = ("lp", "mst", "be", "ring")
 BENCH_ALGOS = (*SCHEDULE_ALGOS, "nccl")  # nccl is the backend's own collective (gloo here)
+TABLE_ALGOS = (*SCHEDULE_ALGOS, "gloo")  # as the benchmark's rows name them
 
 
 def _cluster(nodes: int, link: str, logs: Path, command: list[str], timeout_s: float) -> list[str]:
@@ -49,6 +51,7 @@ def conditions(link: str) -> dict:
         "link_bytes_per_s": parse_rate(link) / 8,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.node()}",
         "load_before": os.getloadavg()[0],
+        "nice": os.nice(0),
     }
 
 
@@ -58,7 +61,7 @@ def bench_on_cluster(nodes: int, link: str, sizes: tuple[str, str], trials: int,
     out = work / f"bench-p{nodes}.json"
     load = os.getloadavg()[0]
     bench = [sys.executable, "-m", "lptrain.bench", "--op", "all", "-b", sizes[0], "-e", sizes[1], "-f", "4",
-             "--algo", ",".join(BENCH_ALGOS), "-n", "1", "--trials", str(trials), "--json", str(out), "--quiet",
+             "--algo", ",".join(TABLE_ALGOS), "-n", "1", "--trials", str(trials), "--json", str(out), "--quiet",
              "--timeout", "120"]  # fmt: skip
     _run(_cluster(nodes, link, work / f"logs-bench-p{nodes}", bench, 3600), f"the benchmark on {nodes} nodes")
     return [dict(row, nodes=nodes, load=load) for row in json.loads(out.read_text())]
@@ -145,7 +148,8 @@ def measure(
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
     say(f"logs in {work}")
     if "bench" in only:
-        data["bench"] = [r for r in data.get("bench", []) if r["nodes"] not in nodes]  # the rest stay
+        again = {(p, parse_size(s)) for p in nodes for s in sizes}
+        data["bench"] = [r for r in data.get("bench", []) if (r["nodes"], r["size"]) not in again]  # the rest stay
         for p in nodes:
             say(f"benchmark on {p} nodes ({link}) ...")
             data["bench"] += bench_on_cluster(p, link, sizes, trials, work)
@@ -240,7 +244,7 @@ def bench_table(data: dict, size: int, nodes: tuple[int, ...] = (2, 4, 8)) -> li
             cell = {r["algo"]: _n_over_b(r) for r in rows if r["op"] == op and r["nodes"] == p and r["size"] == size}
             if not cell:
                 continue
-            values = " | ".join(f"{cell[a]:.2f}" if a in cell else "-" for a in BENCH_ALGOS)
+            values = " | ".join(f"{cell[a]:.2f}" if a in cell else "-" for a in TABLE_ALGOS)
             lines.append(f"| {op} | {p} | {values} | {one_port_model(op, p)} |")
     return lines
 
@@ -249,13 +253,13 @@ def time_vs_p_table(data: dict, op: str, size: int) -> list[str]:
     rows = [r for r in with_nominal(data) if r["op"] == op and r["size"] == size]
     nodes = sorted({r["nodes"] for r in rows})
     lines = [
-        "| P | " + " | ".join(BENCH_ALGOS[:-1]) + " | gloo's own | BE / LP |",
-        "|---" * (len(BENCH_ALGOS) + 2) + "|",
+        "| P | " + " | ".join(TABLE_ALGOS[:-1]) + " | gloo's own | BE / LP |",
+        "|---" * (len(TABLE_ALGOS) + 2) + "|",
     ]
     for p in nodes:
         cell = {r["algo"]: _n_over_b(r) for r in rows if r["nodes"] == p}
         ratio = f"{cell['be'] / cell['lp']:.2f}" if "be" in cell and "lp" in cell else "-"
-        lines.append(f"| {p} | " + " | ".join(f"{cell[a]:.2f}" if a in cell else "-" for a in BENCH_ALGOS)
+        lines.append(f"| {p} | " + " | ".join(f"{cell[a]:.2f}" if a in cell else "-" for a in TABLE_ALGOS)
                      + f" | {ratio} |")  # fmt: skip
     return lines
 
@@ -305,5 +309,7 @@ def describe(data: dict) -> str:
     c = data["conditions"]
     loads = [r["load"] for r in data.get("bench", []) if "load" in r]
     load = f"load average {min(loads):.1f} to {max(loads):.1f} at the starts of the runs" if loads else ""
+    if c.get("nice"):
+        load += f" (the runs at nice {c['nice']}, ahead of the machine's other work)"
     return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), {c['machine']}, "
             f"{c.get('date', '?')}, {load or 'load average ' + format(c['load_before'], '.1f')}")  # fmt: skip
