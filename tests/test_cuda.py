@@ -16,6 +16,7 @@ import torch
 from conftest import ALGORITHMS, DTYPES, assert_close_to_sum, make_comm, make_inputs, needs_cuda
 
 from lptrain.comm import build_communicator
+from lptrain.comm.communicator import NCCL_DTYPES, SUPPORTED_DTYPES
 
 pytestmark = [pytest.mark.cuda, needs_cuda]
 
@@ -250,3 +251,51 @@ def test_a_graph_on_a_gpu_other_than_the_current_one_sums_each_calls_new_data(mo
     assert lines and "recorded nothing" not in lines[0]
     if mode == "on":
         assert "graph (asked for)" in lines[0]
+
+
+# -- every dtype the peer kernel claims, and NCCL itself on one GPU ---------------------------------
+def _small_values(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Values whose sum of two fits the dtype (int8: -60..60, uint8: 0..120)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return (torch.randn(n, generator=g, dtype=torch.float64) * 4).to(dtype)
+    low, high = {torch.int8: (-60, 61), torch.uint8: (0, 121)}.get(dtype, (-1000, 1001))
+    return torch.randint(low, high, (n,), generator=g).to(dtype)
+
+
+@pytest.mark.skipif(not _has_cupy(), reason="needs CuPy (the gpu extra)")
+@pytest.mark.parametrize("dtype", [str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES])
+def test_the_peer_kernel_adds_every_dtype_it_claims_as_torch_does(dtype):
+    """Bitwise like torch's add (half types widened to float32 and rounded once, as torch
+    does): vectorised where all three pointers are 16-byte aligned, element-wise where an
+    offset view breaks the alignment, in place and out of place."""
+    from lptrain.comm.peer_kernel import _TYPES, PeerReducer
+
+    assert set(_TYPES) == set(SUPPORTED_DTYPES)
+    dtype = getattr(torch, dtype)
+    reducer, stream = PeerReducer(), torch.cuda.Stream()
+    for n, offset in ((1, 0), (7, 0), (4099, 0), (4099, 1), (1_000_003, 0), (1_000_003, 3)):
+        a = _small_values(n + offset, dtype, 1).cuda()[offset:]
+        b = _small_values(n + offset, dtype, 2).cuda()[offset:]
+        expected = a + b
+        out = torch.empty_like(a)
+        stream.wait_stream(torch.cuda.current_stream())
+        reducer.add(out, a, b, stream)
+        reducer.add(a, a, b, stream)  # in place, as a reduce into the receiver's buffer
+        torch.cuda.current_stream().wait_stream(stream)
+        assert torch.equal(out, expected), f"{dtype} n={n} offset={offset}"
+        assert torch.equal(a, expected), f"{dtype} n={n} offset={offset} in place"
+
+
+def test_nccl_itself_takes_every_dtype_on_one_gpu():
+    """At world size 1 the public calls return before NCCL (one tensor is its own sum), so
+    this hands the one GPU's tensor to NCCL directly: the call must succeed and change nothing."""
+    comm = build_communicator("nccl", ["cuda:0"])
+    for dtype in NCCL_DTYPES:
+        t = _small_values(4099, dtype, 3).cuda()
+        before = t.clone()
+        comm._run("allreduce", [t], None, inputs_are_scratch=False)
+        comm._run("broadcast", [t], 0, inputs_are_scratch=False)
+        comm._run("reduce", [t], 0, inputs_are_scratch=False)
+        torch.cuda.synchronize()
+        assert torch.equal(t, before), dtype

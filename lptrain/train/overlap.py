@@ -31,6 +31,19 @@ from torch import nn
 Bucket = tuple[int, int]  # [start, stop) in the flat gradient buffer
 
 
+# With trainer.bucket_mb unset: on GPUs DDP's bucket_cap_mb (25 MiB), so that the default
+# overlap=true has buckets to start while backward runs; on CPUs one bucket (the replicas'
+# backward and the collective compete for the same cores, and one message costs least).
+GPU_BUCKET_MB = 25.0
+
+
+def default_bucket_mb(bucket_mb: float | None, device_type: str) -> float | None:
+    """``trainer.bucket_mb`` as given, or, where unset, 25 MiB on CUDA and None (one bucket) elsewhere."""
+    if bucket_mb is None and device_type == "cuda":
+        return GPU_BUCKET_MB
+    return bucket_mb
+
+
 def gradient_buckets(sizes: Sequence[int], bucket_elems: int | None) -> list[Bucket]:
     """Buckets over a flat buffer holding parameters of ``sizes`` elements, in that order:
     from the last parameter to the first, each at least ``bucket_elems`` (None: one bucket)."""
