@@ -299,3 +299,16 @@ def test_nccl_itself_takes_every_dtype_on_one_gpu():
         comm._run("reduce", [t], 0, inputs_are_scratch=False)
         torch.cuda.synchronize()
         assert torch.equal(t, before), dtype
+
+
+@pytest.mark.skipif(not _has_cupy(), reason="needs CuPy (the gpu extra)")
+def test_measuring_the_reduction_paths_waits_for_the_buffers_fills():
+    """The fills are queued behind a long kernel on the current stream: the timed streams
+    must wait for them (the measurement checks the sum every trial left)."""
+    from lptrain.comm.executor import CudaLinks, measure_paths
+
+    gpu = torch.device("cuda", 0)
+    links = CudaLinks([gpu, gpu], "auto")
+    torch.cuda._sleep(100_000_000)  # some 50 ms of GPU time ahead of the fills
+    times = measure_paths(links, gpu, gpu, nbytes=4 << 20)
+    assert set(times) == {"staged", "peer"} and all(t > 0 for t in times.values())
