@@ -377,7 +377,7 @@ def test_communicators_share_their_links_streams_and_past_the_pool_it_is_said(mo
             made.append(device)
 
     monkeypatch.setattr(streams.torch.cuda, "Stream", FakeStream)
-    monkeypatch.setattr(streams, "_links", {})
+    monkeypatch.setattr(streams, "_streams", {})
     monkeypatch.setattr(streams, "_taken", streams.Counter())
     monkeypatch.setattr(streams, "_warned", set())
     gpu = torch.device("cuda", 5)

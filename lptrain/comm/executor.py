@@ -19,7 +19,7 @@ import torch
 
 from lptrain.comm.peer_kernel import KernelChoice, check_reduce_kernel, choose_kernel, cupy_available
 from lptrain.comm.plan import Buf, Code, Plan
-from lptrain.comm.streams import link_stream, new_stream
+from lptrain.comm.streams import link_stream, stream_for
 
 
 def bind_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor]) -> list[Callable[[], object]]:
@@ -218,8 +218,8 @@ def measure_paths(links: CudaLinks, src_dev: torch.device, dst_dev: torch.device
     src = torch.ones(n, device=src_dev)
     out = torch.zeros(n, device=dst_dev)
     stage = torch.empty(STAGE_BYTES, dtype=torch.uint8, device=dst_dev)
-    s_src, s_dst = new_stream(src_dev), new_stream(dst_dev)
-    landing = new_stream(dst_dev) if src_dev != dst_dev else None
+    s_src, s_dst = stream_for(("measure", "sender"), src_dev), stream_for(("measure", "receiver"), dst_dev)
+    landing = stream_for(("measure", "landing"), dst_dev) if src_dev != dst_dev else None
     for stream in (s_src, s_dst):
         for device in {src_dev, dst_dev}:
             stream.wait_stream(torch.cuda.current_stream(device))

@@ -11,7 +11,8 @@ Communicators of one process do not run collectives at the same time (the bench 
 one after another; a trainer calls its one communicator from one thread at a time), so
 the same link of two communicators can share its stream: sharing only orders their work,
 every dependency is still an event or a stream wait. Where the streams lptrain takes on a
-GPU still outnumber the pool, one warning says so.
+GPU still outnumber the pool, one warning says so. The other streams lptrain uses (the
+overlap's communication stream, the reduction paths' measurement) are kept the same way.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ import torch
 POOL = 32  # PyTorch's streams per GPU and priority (kStreamsPerPool)
 
 _lock = threading.Lock()
-_links: dict[tuple[int, int, int, str], torch.cuda.Stream] = {}
+_streams: dict[tuple, torch.cuda.Stream] = {}
 _taken: Counter[int] = Counter()  # pool streams lptrain took, per GPU index
 _warned: set[int] = set()
 
 
-def new_stream(device: torch.device) -> torch.cuda.Stream:
+def _new_stream(device: torch.device) -> torch.cuda.Stream:
     """A stream from PyTorch's pool on ``device``, counted (a warning once past the pool's size)."""
     stream = torch.cuda.Stream(device=device)
     with _lock:
@@ -43,22 +44,27 @@ def new_stream(device: torch.device) -> torch.cuda.Stream:
             f"lptrain has taken more than {POOL} CUDA streams on cuda:{device.index}, PyTorch's pool per GPU: "
             "some links now share a stream and run one after the other",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
+    return stream
+
+
+def stream_for(key: tuple, device: torch.device) -> torch.cuda.Stream:
+    """The process's one stream on ``device`` for ``key``, made on first use."""
+    full = (*key, device.index)
+    with _lock:
+        stream = _streams.get(full)
+    if stream is None:
+        made = _new_stream(device)
+        with _lock:
+            stream = _streams.setdefault(full, made)
     return stream
 
 
 def link_stream(src: int, dst: int, device: torch.device, role: str = "") -> torch.cuda.Stream:
     """The stream of link ``src -> dst``'s end on ``device``, the same for every communicator
     (``role="landing"``: the receiver's second stream, which the staged add copies into)."""
-    key = (src, dst, device.index, role)
-    with _lock:
-        stream = _links.get(key)
-    if stream is None:
-        made = new_stream(device)
-        with _lock:
-            stream = _links.setdefault(key, made)
-    return stream
+    return stream_for(("link", src, dst, role), device)
 
 
 def taken(device_index: int) -> int:

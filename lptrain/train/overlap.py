@@ -28,7 +28,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 from torch import nn
 
-from lptrain.comm.streams import new_stream
+from lptrain.comm.streams import stream_for
 
 Bucket = tuple[int, int]  # [start, stop) in the flat gradient buffer
 
@@ -83,7 +83,8 @@ class OverlappedReduction:
         self._cond = threading.Condition()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="lptrain-comm")
         self._cuda = devices[0].type == "cuda"
-        self._streams = [new_stream(d) for d in dict.fromkeys(devices)] if self._cuda else []
+        # one per GPU for the process (trainers of one process do not step at the same time)
+        self._streams = [stream_for(("overlap",), d) for d in dict.fromkeys(devices)] if self._cuda else []
         self._handles = []
         self._per_bucket = [0] * len(self.buckets)
         self._pending = [0] * len(self.buckets)  # armed by begin(); a backward outside a step counts nothing
