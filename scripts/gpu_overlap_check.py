@@ -10,7 +10,9 @@ summary, and one verdict line per pair::
     python3 scripts/gpu_overlap_check.py --comm lp,ring -- +recipe=alexnet data=synthetic \\
         model.image_size=224 'trainer.devices=[cuda:0,cuda:0,cuda:0,cuda:0]' trainer.bucket_mb=25
 
-Exit status 0 when every pair agrees, 1 when one does not (its largest difference named).
+Under torchrun (``python3 -m torch.distributed.run ... scripts/gpu_overlap_check.py ...``) every
+process trains both runs; the trainers join the default group once. Exit status 0 when
+every pair agrees, 1 when one does not (its largest difference named).
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "bitwise equal" if bitwise else f"largest difference {worst:.2e} of the largest parameter"
             print(f"overlap_check: comm={comm}: overlap on vs off: {'OK' if ok else 'DIFFER'} ({verdict})", flush=True)
             failed += not ok
+    if torch.distributed.is_initialized():  # under torchrun: the trainers joined the default group
+        torch.distributed.destroy_process_group()
     return 1 if failed else 0
 
 
