@@ -46,23 +46,21 @@ def test_unset_buckets_are_25_mib_on_gpus_and_one_bucket_on_cpus():
     assert default_bucket_mb(4.0, "cuda") == 4.0 and default_bucket_mb(4.0, "cpu") == 4.0
 
 
-def test_the_first_lines_say_what_the_buckets_are(tmp_path):
-    one = Trainer(config(*QUIET, "trainer.devices=cpu*2"), tmp_path / "one")
+def test_the_first_lines_say_what_the_buckets_are(tmp_path, capsys):
+    small = ["trainer.devices=cpu*2", "data=synthetic", "data.train_samples=64", "data.test_samples=16"]
+    one = Trainer(config(*QUIET, *small), tmp_path / "one")
     assert one.describe_buckets() == (
         "gradient in one bucket (trainer.bucket_mb unset): its collective starts when backward has ended"
     )
-    some = Trainer(config(*QUIET, "trainer.devices=cpu*2", "trainer.bucket_mb=0.25"), tmp_path / "some")
+    some = Trainer(config(*QUIET, *small, "trainer.bucket_mb=0.25"), tmp_path / "some")
     assert some.describe_buckets().startswith(
         f"gradient in {len(some.buckets)} bucket(s) of at least 0.25 MiB (trainer.bucket_mb=0.25), the largest"
     )
     assert some.describe_buckets().endswith("each started while backward still runs")
-    run = subprocess.run(
-        [sys.executable, "-m", "lptrain", *QUIET, "trainer.devices=cpu*2", "trainer.steps=1",
-         "trainer.bucket_mb=0.25", f"hydra.run.dir={tmp_path / 'cli'}"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines()[1] == f"lptrain: {some.describe_buckets()}"
+    from lptrain.cli import run
+
+    run(config(*QUIET, *small, "trainer.steps=1", "trainer.bucket_mb=0.25"), tmp_path / "cli")
+    assert capsys.readouterr().out.splitlines()[1] == f"lptrain: {some.describe_buckets()}"
 
 
 @pytest.mark.parametrize("sync", ["allreduce", "reduce"])
