@@ -17,7 +17,7 @@ TORCH=${TORCH:-torch==2.14.1}
 TORCHVISION=${TORCHVISION:-torchvision==0.29.1}
 # The packages lptrain or the carried wheels import that the GPU machine has (KINDS.md's
 # list): nothing else.
-THERE=(numpy pyyaml packaging pillow matplotlib tensorboard tqdm pytest pytest-timeout scipy pandas scikit-learn
+THERE=(numpy pyyaml packaging pillow matplotlib tensorboard tqdm pytest pytest-timeout pytest-xdist scipy pandas scikit-learn
     joblib)
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"

@@ -126,10 +126,16 @@ fi
 
 # 1. The cuda-marked tests, each with a time limit (pytest-timeout), four at a time (pytest-xdist)
 #    where those plugins are there.
+#    With xdist a test past its limit ends its worker (thread method: stacks dumped, the
+#    worker replaced, the other tests go on); without it the limit raises in the test.
 options=()
-"$PY" -c 'import xdist' 2>/dev/null && options+=(-n 4)
-"$PY" -c 'import pytest_timeout' 2>/dev/null && options+=(--timeout=90)
-step cuda_tests 125 "$PY" -m pytest -m cuda -q -rs -p no:cacheprovider "${options[@]}" \
+if "$PY" -c 'import xdist' 2>/dev/null; then
+    options+=(-n 4)
+    "$PY" -c 'import pytest_timeout' 2>/dev/null && options+=(--timeout=60 --timeout-method=thread)
+else
+    "$PY" -c 'import pytest_timeout' 2>/dev/null && options+=(--timeout=60)
+fi
+step cuda_tests 125 "$PY" -m pytest -m cuda -v -rfEs --durations=15 -p no:cacheprovider "${options[@]}" \
     --junitxml="$logs/cuda_tests.xml" tests
 
 # 2. The schedules on four replicas of the GPU, each with both reduction kernels.
