@@ -258,7 +258,7 @@ class _FakeCapture:
     pending = None  # the call the next capture records
     watched: torch.Tensor | None = None
 
-    def __init__(self, graph, capture_error_mode="global"):
+    def __init__(self, graph, stream=None, capture_error_mode="global"):
         self.graph = graph
 
     def __enter__(self):
@@ -285,6 +285,7 @@ def test_graph_bookkeeping_runs_each_call_once_and_measures_once_per_plan(monkey
     timings = {"replay": 1.0 if replay_faster else 3.0, "run": 2.0}
     monkeypatch.setattr(cuda_graph, "_time", lambda fn, restore, device: timings[fn.__name__])
     monkeypatch.setattr(cuda_graph.torch.cuda, "device", _Current)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: None)
     _FakeGraph.captures = 0
     replay = cuda_graph.GraphReplay(mode, [torch.device("cuda", 0)] * 2)  # replicas sharing a GPU
 
@@ -319,11 +320,22 @@ class _DeviceGraph(_FakeGraph):
         super().replay()
 
 
+class _CaptureStream:
+    def __init__(self, index: int):
+        self.device = torch.device("cuda", index)
+
+
 class _DeviceCapture(_FakeCapture):
-    """Captures on the current GPU's stream: with the tensors on another GPU nothing is
-    recorded, and, as PyTorch does, it only warns that the graph is empty."""
+    """Captures on its stream (without one, on a process-wide default made on GPU 0, as
+    torch.cuda.graph's is where GPU 0 was current first), bound to the current GPU: unless
+    both are the GPU of the plan's streams nothing is recorded and, as PyTorch does, it
+    only warns that the graph is empty."""
 
     target = 1  # the GPU the plan's streams are on
+
+    def __init__(self, graph, stream=None, capture_error_mode="global"):
+        super().__init__(graph, stream, capture_error_mode)
+        self.stream = stream or _CaptureStream(0)
 
     def __enter__(self):
         super().__enter__()
@@ -331,7 +343,7 @@ class _DeviceCapture(_FakeCapture):
         return self
 
     def __exit__(self, *exc):
-        if _Current.index != _DeviceCapture.target:
+        if not _Current.index == self.stream.device.index == _DeviceCapture.target:
             self.graph.recorded = lambda: None
             import warnings
 
@@ -352,6 +364,7 @@ def test_a_plan_on_a_gpu_other_than_the_current_one_is_captured_and_replayed_the
 
     monkeypatch.setattr(cuda_graph.torch.cuda, "CUDAGraph", _DeviceGraph)
     monkeypatch.setattr(cuda_graph.torch.cuda, "graph", _DeviceCapture)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: _CaptureStream(device.index))
     monkeypatch.setattr(cuda_graph.torch.cuda, "device", _Current)
     monkeypatch.setattr(cuda_graph.torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(cuda_graph, "_time", lambda fn, restore, device: {"replay": 1.0, "run": 2.0}[fn.__name__])
@@ -375,6 +388,7 @@ def test_a_capture_that_records_nothing_runs_the_plan_eagerly(monkeypatch):
 
     monkeypatch.setattr(cuda_graph.torch.cuda, "CUDAGraph", _DeviceGraph)
     monkeypatch.setattr(cuda_graph.torch.cuda, "graph", _DeviceCapture)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: _CaptureStream(device.index))
     monkeypatch.setattr(cuda_graph.torch.cuda, "device", lambda device: _Current(torch.device("cuda", 0)))
     monkeypatch.setattr(cuda_graph.torch.cuda, "synchronize", lambda device=None: None)
     replay = cuda_graph.GraphReplay("on", [torch.device("cuda", 1)] * 2)

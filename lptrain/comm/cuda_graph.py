@@ -13,10 +13,12 @@ Only for replicas that share one GPU: a graph belongs to one device, and capturi
 peer copies between GPUs in one graph is a question for a machine that has several.
 
 That GPU need not be the current one (``cuda:1`` while the process's current device is
-``cuda:0``). ``torch.cuda.graph`` captures on a stream of the *current* device, so the
-capture, the warm-up and every replay run with the replicas' GPU made current; a capture
-that still records nothing (PyTorch only warns "The CUDA Graph is empty") counts as a
-failed capture, and the plan runs eagerly, instead of replaying nothing from then on.
+``cuda:0``). ``torch.cuda.graph`` captures on one stream per process, made on whatever
+device was current at its first use, and binds the graph to the current device. So the
+capture gets a capture stream of the replicas' GPU, and the capture and every replay run
+with that GPU current; a capture that still records nothing (PyTorch only warns "The
+CUDA Graph is empty") counts as a failed capture, and the plan runs eagerly, instead of
+replaying nothing from then on.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.streams import stream_for
 
 CUDA_GRAPH_MODES = ("auto", "on", "off")
 TRIALS = 5
@@ -93,14 +96,17 @@ class GraphReplay:
     def _capture(self, label: str, eager: Callable[[], None]):
         graph = torch.cuda.CUDAGraph()
         try:
-            # The replicas' GPU current: torch.cuda.graph captures on a stream of the
-            # current device, and the plan's link streams join that stream only there.
+            # The replicas' GPU current and a capture stream on it: the graph is bound to
+            # the current device, and the plan's link streams join the capture stream
+            # only on their own GPU.
             # thread_local: the trainer's backward may be launching work from another
             # thread while a bucket's plan is captured on the communication thread.
             with (
                 torch.cuda.device(self.device),
                 warnings.catch_warnings(record=True) as caught,
-                torch.cuda.graph(graph, capture_error_mode="thread_local"),
+                torch.cuda.graph(
+                    graph, stream=stream_for(("capture",), self.device), capture_error_mode="thread_local"
+                ),
             ):
                 warnings.simplefilter("always")
                 eager()  # recorded, not run
