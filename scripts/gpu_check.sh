@@ -67,6 +67,7 @@ step() {
         return
         ;;
     esac
+    limit=$((limit * ${GPU_CHECK_TIME_FACTOR:-1})) # a slower machine (the dry run here) may stretch them
     local began=$SECONDS
     echo "== $name (at most ${limit} s)"
     timeout --kill-after=5 "$limit" "$@" >"$logs/$name.log" 2>&1
