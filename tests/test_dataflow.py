@@ -190,8 +190,10 @@ def test_every_issue_order_gives_the_lockstep_result_bitwise(algo, op, p, order)
 
 def test_the_algorithms_choose_an_issue_order_the_executor_knows():
     from lptrain.comm.dataflow import ISSUE_ORDERS
+    from lptrain.comm.schedule import OPS
 
-    assert {m.ISSUE_ORDER for m in (lp, mst, be, ring)} <= set(ISSUE_ORDERS)
+    for m in (lp, mst, be, ring):
+        assert set(m.ISSUE_ORDER) == set(OPS) and set(m.ISSUE_ORDER.values()) <= set(ISSUE_ORDERS), m.NAME
     with pytest.raises(ValueError, match="unknown issue order"):
         run_program((), torch.zeros(1), isend=None, irecv=None, wait=None, pool=StagingPool(), segment_bytes=4,
                     window=1, num_steps=0, order="sideways")  # fmt: skip
@@ -362,3 +364,50 @@ def test_an_issue_order_holds_back_the_sends_it_should(algo, op, order):
         run_program(program, torch.zeros(61), isend=isend, irecv=irecv, wait=done, pool=StagingPool(),
                     segment_bytes=16, window=16, num_steps=schedule.num_steps, order=order)  # fmt: skip
         assert not broken, f"{algo} {op} rank {r}: {broken[0]}"
+
+
+class _FakeTime:
+    """A clock that moves only when the executor sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(0.0, seconds)
+
+
+PACED = [("be", "broadcast"), ("be", "allreduce"), ("ring", "broadcast"), ("mst", "reduce")]
+
+
+@pytest.mark.parametrize("algo, op", PACED)
+def test_a_later_step_waits_until_the_link_has_carried_the_earlier_steps(monkeypatch, algo, op):
+    """A send completes once the kernel has its bytes, long before they cross a slow link;
+    with ``drain_bytes_per_s`` a step to another peer starts only when the earlier steps'
+    bytes would have left the port at that rate, so the steps do not split the port."""
+    import lptrain.comm.dataflow as dataflow
+
+    fake = _FakeTime()
+    monkeypatch.setattr(dataflow, "time", fake)
+    rate = 1000.0
+    schedule = build(algo, op, 4, 64, 0 if op != "allreduce" else None)
+    order = {"be": "steps", "ring": "steps", "mst": "ports"}[algo]
+    for r in range(4):
+        program = rank_program(schedule, r, 4)
+        sends = iter([a for a in program if a.send])
+        issued: list[tuple[float, object]] = []
+
+        def isend(buf, peer, sends=sends, issued=issued):
+            issued.append((fake.now, next(sends), buf.numel() * buf.element_size()))
+            return object()
+
+        run_program(program, torch.zeros(64), isend=isend, irecv=lambda buf, peer: object(), wait=lambda h, w: None,
+                    pool=StagingPool(), segment_bytes=16, window=16, num_steps=schedule.num_steps, order=order,
+                    drain_bytes_per_s=rate)  # fmt: skip
+        for t, a, _ in issued:
+            for step in {b.step for _, b, _ in issued if b.step < a.step and b.peer != a.peer}:
+                first = min(u for u, b, _ in issued if b.step == step)
+                carried = sum(n for _, b, n in issued if b.step == step)
+                assert t >= first + carried / rate - 1e-9, f"{algo} {op} rank {r}: step {a.step} before {step} drained"

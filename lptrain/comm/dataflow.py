@@ -172,8 +172,16 @@ def run_program(
     on_step: Callable[[int], None] | None = None,
     profile: Profile | None = None,
     order: str = "eager",
+    drain_bytes_per_s: float = 0.0,
 ) -> None:
-    """Run ``program`` on this rank's flat ``work`` tensor (see the module docstring)."""
+    """Run ``program`` on this rank's flat ``work`` tensor (see the module docstring).
+
+    ``drain_bytes_per_s`` (the measured link's rate; 0: off) paces the ``ports`` and
+    ``steps`` orders: a send completes once the kernel holds its bytes, which on a slow
+    link is long before they have crossed it, so waiting for the handle alone would let a
+    later step's sends split the port with the earlier step's bytes still queued. A send to
+    another peer therefore also waits until the earlier steps' bytes would have left at
+    that rate: the port is modelled as one queue, each send's bytes joining it when issued."""
     if order not in ISSUE_ORDERS:
         raise ValueError(f"unknown issue order {order!r}; valid: {', '.join(ISSUE_ORDERS)}")
     clock = time.perf_counter
@@ -184,6 +192,8 @@ def run_program(
     posted: deque[_Posted] = deque()  # receives posted and not yet applied, in program order
     sending: dict[int, tuple[Action, object]] = {}  # sends issued and not yet known complete
     lookahead = 0  # the next action the look-ahead may post (a receive) or skip past (a send)
+    step_drained: dict[int, tuple[float, set[int]]] = {}  # step -> (when its bytes have left, its peers)
+    port_free = 0.0  # when the bytes issued so far would have left the port at drain_bytes_per_s
 
     def what(a: Action) -> str:
         way = f"sending to rank {a.peer}" if a.send else f"receiving from rank {a.peer}"
@@ -269,11 +279,20 @@ def run_program(
                 for index in [i for i, (s, _) in sending.items() if s.step < a.step and s.peer != a.peer]:
                     earlier, handle = sending.pop(index)
                     timed_wait(handle, earlier)
+                if drain_bytes_per_s > 0:
+                    drained = [t for s, (t, to) in step_drained.items() if s < a.step and to - {a.peer}]
+                    delay = max(drained, default=0.0) - clock()
+                    if delay > 0:
+                        time.sleep(delay)
+                        waited += delay
             if order == "steps":
                 while posted and posted[0].action.step < a.step:
                     apply_oldest()
             look_ahead(cursor - 1)  # refill the window before this send's bytes queue up
             sending[a.index] = (a, timed(isend, raw[a.start * size : a.stop * size], a.peer))
+            if drain_bytes_per_s > 0:
+                port_free = max(port_free, clock()) + (a.stop - a.start) * size / drain_bytes_per_s
+                step_drained[a.step] = (port_free, step_drained.get(a.step, (0.0, set()))[1] | {a.peer})
         elif cursor >= lookahead:  # not posted by the look-ahead: post it now
             if a.in_place:
                 apply_through(a)

@@ -122,7 +122,7 @@ class DistributedCommunicator:
         segment_size: int | str = DEFAULT_SEGMENT,
         window: int = DEFAULT_WINDOW,
         link: LinkCost | None = None,
-        issue_order: str = "eager",
+        issue_order: str | dict[str, str] = "eager",
     ) -> None:
         if not dist.is_initialized():
             raise CollectiveInputError(
@@ -152,7 +152,7 @@ class DistributedCommunicator:
         self._programs: dict[tuple, tuple[Action, ...]] = {}
         self._pool = StagingPool()
         self.profile = Profile()  # where this rank's time went in the schedules' calls
-        self.issue_order = issue_order  # how far the executor may overlap steps (the algorithm's ISSUE_ORDER)
+        self.issue_order = issue_order  # how far the executor may overlap steps: one, or the algorithm's per op
         self.link = link  # the measured transport: automatic segments and LP's blocks were sized for it
         # NCCL runs unbatched point-to-point operations one after the other: each step's
         # messages go as one batch there (run_batched_steps); gloo gets the dataflow
@@ -334,7 +334,8 @@ class DistributedCommunicator:
             isend=lambda buf, peer: dist.isend(buf, peers[peer], group=group),
             irecv=lambda buf, peer: dist.irecv(buf, peers[peer], group=group),
             window=self.window,
-            order=self.issue_order,
+            order=self.issue_order if isinstance(self.issue_order, str) else self.issue_order.get(schedule.op, "eager"),
+            drain_bytes_per_s=1.0 / self.link.beta_s_per_byte if self.link is not None else 0.0,
             **common,
         )
 

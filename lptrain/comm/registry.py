@@ -265,7 +265,7 @@ def _distributed(name: str, group, options: dict[str, Any]):
         )
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
-    order = {"lp": lp, "mst": mst, "be": be, "ring": ring}[name].ISSUE_ORDER if builders else "eager"
+    order = {"lp": lp, "mst": mst, "be": be, "ring": ring}[name].ISSUE_ORDER if builders else {}
     return DistributedCommunicator(name, group, builders, **common, link=link, issue_order=order)
 
 

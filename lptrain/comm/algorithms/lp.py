@@ -24,7 +24,7 @@ from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, block_bounds
 NAME = "lp"
 # How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
 # the chain's pipeline is the point: every rank forwards each segment the moment it is in.
-ISSUE_ORDER = "eager"
+ISSUE_ORDER = {"broadcast": "eager", "reduce": "eager", "allreduce": "eager"}
 ALLREDUCE_MODES = ("overlapped", "reduce_broadcast")
 
 # Block-size rule defaults: PCIe Gen3 figures from the paper (alpha ~ 15 us, ~11 GB/s).

@@ -14,7 +14,7 @@ NAME = "mst"
 # a tree forwards segments as they arrive, but a parent serves one child at a time: all
 # children at once share its port and every subtree starts late (3.99 against 3.00 n/B for a
 # broadcast over 8 on one port, lptrain.sim.dataflow).
-ISSUE_ORDER = "ports"
+ISSUE_ORDER = {"broadcast": "ports", "reduce": "ports", "allreduce": "ports"}
 
 
 def _masks(world_size: int) -> list[int]:

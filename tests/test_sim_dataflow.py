@@ -1,0 +1,65 @@
+"""The event simulator of the multi-process executor (lptrain.sim.dataflow) against the
+one-port model's closed forms: a full-duplex port, max-min fair sharing, FIFO per pair."""
+
+import pytest
+
+from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.schedule import Kind, Schedule, Transfer
+from lptrain.sim.dataflow import _Flow, fair_rates, simulate_dataflow
+from lptrain.sim.topology import Link, oneport
+
+B = 25e6  # bytes per second, one way, per port
+N = 1 << 22  # elements (16 MiB of float32)
+SEGMENT = 1 << 16  # elements (256 KiB)
+
+
+def _port(p: int):
+    return oneport(p, bandwidth=B, latency=0.0, overhead=0.0, gamma=0.0)
+
+
+def _multiple(schedule, p: int, order: str) -> float:
+    return simulate_dataflow(schedule, _port(p), SEGMENT, order=order) / (N * 4 / B)
+
+
+def test_fair_rates_split_a_link_and_give_what_one_flow_cannot_use_to_the_other():
+    fast, slow = Link("fast", 10.0, 0.0), Link("slow", 2.0, 0.0)
+    a = _Flow(0, 1, (0, 1, 0), (fast,), 1.0, 0.0)
+    b = _Flow(2, 1, (2, 1, 0), (fast, slow), 1.0, 0.0)
+    fair_rates([a, b])
+    assert b.rate == pytest.approx(2.0) and a.rate == pytest.approx(8.0)
+    c = _Flow(3, 1, (3, 1, 0), (fast,), 1.0, 0.0)
+    fair_rates([a, c])
+    assert a.rate == pytest.approx(5.0) and c.rate == pytest.approx(5.0)
+
+
+def test_an_exchange_costs_one_direction_on_a_full_duplex_port():
+    step = (Transfer(0, 1, 0, N, Kind.COPY), Transfer(1, 0, 0, N, Kind.COPY))
+    schedule = Schedule(op="allreduce", algorithm="exchange", world_size=2, count=N, root=None, steps=(step,))
+    assert simulate_dataflow(schedule, _port(2), SEGMENT) == pytest.approx(N * 4 / B, rel=1e-6)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_be_and_ring_allreduce_meet_the_one_port_bound(p):
+    bound = 2 * (p - 1) / p
+    assert _multiple(be.allreduce(p, N), p, be.ISSUE_ORDER["allreduce"]) == pytest.approx(bound, rel=0.02)
+    assert _multiple(ring.allreduce(p, N), p, ring.ISSUE_ORDER["allreduce"]) == pytest.approx(bound, rel=0.02)
+
+
+def test_lp_broadcast_is_flat_in_p_and_mst_pays_log_p():
+    block = SEGMENT
+    lp_times = [_multiple(lp.broadcast(p, N, 0, block=block), p, lp.ISSUE_ORDER["broadcast"]) for p in (2, 4, 8)]
+    assert all(1.0 <= t < 1.12 for t in lp_times), lp_times
+    assert _multiple(mst.broadcast(8, N, 0), 8, mst.ISSUE_ORDER["broadcast"]) == pytest.approx(3.0, rel=0.03)
+
+
+def test_eager_issue_lets_be_sends_to_two_partners_share_a_port():
+    """Eager, BE's later-step sends start before their step and split the port with the
+    current one; its broadcast also needs each step's receives in first (``steps``)."""
+    assert _multiple(be.allreduce(4, N), 4, "steps") < _multiple(be.allreduce(4, N), 4, "eager")
+    assert _multiple(be.broadcast(4, N, 0), 4, "steps") < _multiple(be.broadcast(4, N, 0), 4, "ports")
+    assert be.ISSUE_ORDER["broadcast"] == "steps"
+
+
+def test_a_schedule_for_other_ranks_is_refused():
+    with pytest.raises(ValueError, match="P=4 but the topology 2"):
+        simulate_dataflow(ring.allreduce(4, 64), _port(2), 16)
