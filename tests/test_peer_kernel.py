@@ -402,3 +402,28 @@ def test_a_capture_that_records_nothing_runs_the_plan_eagerly(monkeypatch):
         replay.run(7, "allreduce of 4 x float32", [t], run)
         assert torch.equal(t, torch.full((4,), float(n)))
     assert replay.decisions["allreduce of 4 x float32"] == "eager (the capture recorded nothing)"
+
+
+def test_a_trainers_buckets_are_captured_once_each_however_many(monkeypatch):
+    """One plan per gradient bucket, called in turn every step: each captured once, not
+    again every step once the buckets outnumber the graphs kept."""
+    from lptrain.comm import cuda_graph
+
+    monkeypatch.setattr(cuda_graph.torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "graph", _FakeCapture)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "device", _Current)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: None)
+    _FakeGraph.captures = 0
+    replay = cuda_graph.GraphReplay("on", [torch.device("cuda", 0)] * 2)
+    buckets = [torch.zeros(4) for _ in range(21)]  # VGG-16's gradient in 25 MiB buckets
+    for _step in range(3):
+        for k, t in enumerate(buckets):
+
+            def run(t=t):
+                t.add_(1)
+
+            _FakeCapture.pending, _FakeCapture.watched = run, t
+            replay.run(k, f"allreduce of bucket {k}", [t], run)
+    assert all(torch.equal(t, torch.full((4,), 3.0)) for t in buckets)
+    assert _FakeGraph.captures == len(buckets)
