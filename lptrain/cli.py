@@ -93,6 +93,7 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
         f"lptrain: {cfg.model.name} ({params / 1e6:.2f}M parameters, {trainer.bytes_per_step / 2**20:.1f} MiB "
         f"communicated per step) on {cfg.data.name}, {cfg.comm.name} over {len(trainer.devices)} x "
         f"{trainer.devices[0].type}{where}, global batch {trainer.global_batch}, {trainer.steps} steps\n"
+        f"lptrain: {trainer.describe_buckets()}\n"
         f"lptrain: logs in {run_dir} (tensorboard --logdir {run_dir})",
         flush=True,
     )

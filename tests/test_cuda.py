@@ -2,6 +2,11 @@
 
 Skipped with a reason on machines without a GPU. With one GPU, several replicas share
 it, which still runs every link on its own stream with events between dependent blocks.
+
+The tests of the eager executor build their communicators with ``cuda_graph=off``: under
+the default ``auto`` a plan may be replayed as a graph (then a patched Python call is not
+made) and its first call synchronises the device while it times both ways (then ordering
+is not tested). Graph replay has tests of its own at the end.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import torch
 from conftest import ALGORITHMS, DTYPES, assert_close_to_sum, make_comm, make_inputs, needs_cuda
 
 from lptrain.comm import build_communicator
+from lptrain.comm.communicator import NCCL_DTYPES, SUPPORTED_DTYPES
 
 pytestmark = [pytest.mark.cuda, needs_cuda]
 
@@ -38,13 +44,23 @@ def _device_lists() -> list[list[str]]:
     return lists
 
 
+# LP with blocks of a few bytes: every block is a few launches from Python, so a count of
+# a million would be millions of them (hours); a few hundred elements already make a
+# hundred blocks and a short last one.
+SMALL_BLOCKS = {key for key, (_, options) in ALGORITHMS.items() if options.get("block_size", 1 << 20) < 64}
+
+
+def _counts(key: str) -> tuple[int, ...]:
+    return (0, 1, 7, 97, 301) if key in SMALL_BLOCKS else (0, 1, 7, 97, 4099, 1_000_003)
+
+
 @pytest.mark.parametrize("devices", _device_lists(), ids=lambda d: ",".join(d))
 @pytest.mark.parametrize("key", ALGORITHMS)
 def test_cuda_collectives_match_the_reference(key, devices):
     p = len(devices)
-    comm = make_comm(key, devices)
+    comm = make_comm(key, devices, cuda_graph="off")
     for dtype in DTYPES:
-        for count in (0, 1, 7, 97, 4099, 1_000_003):
+        for count in _counts(key):
             inputs = make_inputs(p, count, dtype, device="cpu")
             tensors = _after(comm, "allreduce", inputs, devices)
             for t in tensors:
@@ -59,7 +75,7 @@ def test_cuda_collectives_match_the_reference(key, devices):
 
 
 def test_cuda_executor_runs_links_on_separate_streams():
-    comm = build_communicator("lp", ["cuda:0"] * 4, block_size="64K")
+    comm = build_communicator("lp", ["cuda:0"] * 4, block_size="64K", cuda_graph="off")
     tensors = [torch.ones(1 << 20, device="cuda:0") for _ in range(4)]
     comm.allreduce(tensors)
     torch.cuda.synchronize()
@@ -67,10 +83,16 @@ def test_cuda_executor_runs_links_on_separate_streams():
     assert all(torch.equal(t, torch.full_like(t, 4.0)) for t in tensors)
 
 
-def test_cuda_results_are_ordered_with_later_work_on_the_current_stream():
-    """No explicit synchronize: work queued after the collective must see its result."""
-    comm = build_communicator("ring", ["cuda:0"] * 4)
-    tensors = [torch.full((1 << 22,), float(r), device="cuda:0") for r in range(4)]
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_cuda_results_are_ordered_with_later_work_on_the_current_stream(mode):
+    """No explicit synchronize: work queued after the collective must see its result. The
+    first call (with ``on``: the warm-up and the capture) is not the one checked."""
+    comm = build_communicator("ring", ["cuda:0"] * 4, cuda_graph=mode)
+    tensors = [torch.zeros(1 << 22, device="cuda:0") for r in range(4)]
+    comm.allreduce(tensors)
+    torch.cuda.synchronize()
+    for r, t in enumerate(tensors):
+        t.fill_(float(r))  # queued on the current stream, after which the collective must start
     comm.allreduce(tensors)
     total = torch.stack([t.sum() for t in tensors])  # on the current stream
     assert torch.allclose(total.cpu(), torch.full((4,), 6.0 * (1 << 22)))
@@ -80,7 +102,7 @@ def _distinct_gpus() -> list[str]:
     return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
 
-@pytest.mark.skipif(len(_distinct_gpus()) < 1, reason="needs a GPU")
+@pytest.mark.skipif(len(_distinct_gpus()) < 2, reason="needs two GPUs: at world size 1 a collective moves nothing")
 def test_nccl_matches_the_reference():
     devices = _distinct_gpus()
     comm = build_communicator("nccl", devices)
@@ -116,7 +138,7 @@ def test_both_reduction_paths_match_the_reference(key, kernel):
     same kernel, launched on the receiver's link stream."""
     devices = _device_lists()[0]
     p = len(devices)
-    comm = build_communicator(key, devices, reduce_kernel=kernel)
+    comm = build_communicator(key, devices, reduce_kernel=kernel, cuda_graph="off")
     for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64):
         for count in (1, 7, 4099, 1_000_003):
             inputs = make_inputs(p, count, dtype)
@@ -159,7 +181,7 @@ def test_the_staged_path_keeps_one_buffer_per_link_across_calls():
 
 
 def test_a_failure_mid_plan_still_orders_the_callers_streams_after_the_queued_work(monkeypatch):
-    comm = build_communicator("ring", ["cuda:0"] * 4)
+    comm = build_communicator("ring", ["cuda:0"] * 4, cuda_graph="off")
     tensors = [torch.ones(1 << 22, device="cuda:0") for _ in range(4)]
     comm.allreduce(tensors)  # links built
     calls = {"n": 0}
@@ -209,3 +231,84 @@ def test_a_replayed_graph_sums_each_calls_new_data(mode):
         expected = float(sum(r + call for r in range(4)))
         assert all(torch.equal(t, torch.full_like(t, expected)) for t in tensors), call
     assert any(line.startswith("cuda_graph allreduce of 300001 x float32:") for line in comm.kernel_choices())
+
+
+@pytest.mark.skipif(len(_distinct_gpus()) < 2, reason="needs two GPUs: one current, the replicas on the other")
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_a_graph_on_a_gpu_other_than_the_current_one_sums_each_calls_new_data(mode):
+    """torch.cuda.graph captures on the current GPU's stream: with the replicas on cuda:1 and
+    cuda:0 current, a capture without cuda:1 made current would record nothing."""
+    comm = build_communicator("lp", ["cuda:1"] * 4, block_size="64K", cuda_graph=mode)
+    tensors = [torch.empty(300_001, device="cuda:1") for _ in range(4)]
+    with torch.cuda.device(0):
+        for call in range(4):
+            for r, t in enumerate(tensors):
+                t.fill_(float(r + call))
+            comm.allreduce(tensors)
+            expected = float(sum(r + call for r in range(4)))
+            assert all(torch.equal(t, torch.full_like(t, expected)) for t in tensors), call
+    lines = [line for line in comm.kernel_choices() if line.startswith("cuda_graph allreduce")]
+    assert lines and "recorded nothing" not in lines[0]
+    if mode == "on":
+        assert "graph (asked for)" in lines[0]
+
+
+# -- every dtype the peer kernel claims, and NCCL itself on one GPU ---------------------------------
+def _small_values(n: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Values whose sum of two fits the dtype (int8: -60..60, uint8: 0..120)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return (torch.randn(n, generator=g, dtype=torch.float64) * 4).to(dtype)
+    low, high = {torch.int8: (-60, 61), torch.uint8: (0, 121)}.get(dtype, (-1000, 1001))
+    return torch.randint(low, high, (n,), generator=g).to(dtype)
+
+
+@pytest.mark.skipif(not _has_cupy(), reason="needs CuPy (the gpu extra)")
+@pytest.mark.parametrize("dtype", [str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES])
+def test_the_peer_kernel_adds_every_dtype_it_claims_as_torch_does(dtype):
+    """Bitwise like torch's add (half types widened to float32 and rounded once, as torch
+    does): vectorised where all three pointers are 16-byte aligned, element-wise where an
+    offset view breaks the alignment, in place and out of place."""
+    from lptrain.comm.peer_kernel import _TYPES, PeerReducer
+
+    assert set(_TYPES) == set(SUPPORTED_DTYPES)
+    dtype = getattr(torch, dtype)
+    reducer, stream = PeerReducer(), torch.cuda.Stream()
+    for n, offset in ((1, 0), (7, 0), (4099, 0), (4099, 1), (1_000_003, 0), (1_000_003, 3)):
+        a = _small_values(n + offset, dtype, 1).cuda()[offset:]
+        b = _small_values(n + offset, dtype, 2).cuda()[offset:]
+        expected = a + b
+        out = torch.empty_like(a)
+        stream.wait_stream(torch.cuda.current_stream())
+        reducer.add(out, a, b, stream)
+        reducer.add(a, a, b, stream)  # in place, as a reduce into the receiver's buffer
+        torch.cuda.current_stream().wait_stream(stream)
+        assert torch.equal(out, expected), f"{dtype} n={n} offset={offset}"
+        assert torch.equal(a, expected), f"{dtype} n={n} offset={offset} in place"
+
+
+def test_nccl_itself_takes_every_dtype_on_one_gpu():
+    """At world size 1 the public calls return before NCCL (one tensor is its own sum), so
+    this hands the one GPU's tensor to NCCL directly: the call must succeed and change nothing."""
+    comm = build_communicator("nccl", ["cuda:0"])
+    for dtype in NCCL_DTYPES:
+        t = _small_values(4099, dtype, 3).cuda()
+        before = t.clone()
+        comm._run("allreduce", [t], None, inputs_are_scratch=False)
+        comm._run("broadcast", [t], 0, inputs_are_scratch=False)
+        comm._run("reduce", [t], 0, inputs_are_scratch=False)
+        torch.cuda.synchronize()
+        assert torch.equal(t, before), dtype
+
+
+@pytest.mark.skipif(not _has_cupy(), reason="needs CuPy (the gpu extra)")
+def test_measuring_the_reduction_paths_waits_for_the_buffers_fills():
+    """The fills are queued behind a long kernel on the current stream: the timed streams
+    must wait for them (the measurement checks the sum every trial left)."""
+    from lptrain.comm.executor import CudaLinks, measure_paths
+
+    gpu = torch.device("cuda", 0)
+    links = CudaLinks([gpu, gpu], "auto")
+    torch.cuda._sleep(100_000_000)  # some 50 ms of GPU time ahead of the fills
+    times = measure_paths(links, gpu, gpu, nbytes=4 << 20)
+    assert set(times) == {"staged", "peer"} and all(t > 0 for t in times.values())

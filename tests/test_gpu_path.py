@@ -248,3 +248,145 @@ def test_the_device_check_is_valid_bash_and_stops_clearly_without_a_gpu(tmp_path
     )
     assert run.returncode == 2
     assert "needs a CUDA GPU, and torch.cuda.is_available() is False" in run.stderr
+
+
+# -- the staged add overlaps each piece's copy with the previous piece's add ------------------------
+
+
+class _Op:
+    def __init__(self, name: str, deps: set):
+        self.name, self.deps = name, deps
+
+
+class _Stream:
+    """A stand-in CUDA stream: each operation depends on the one before it on the stream and
+    on whatever the stream was told to wait for since."""
+
+    def __init__(self, name: str):
+        self.name, self.last, self.pending = name, None, set()
+
+    def push(self, name: str, extra=()) -> _Op:
+        deps = {*self.pending, *extra} | ({self.last} if self.last else set())
+        self.last, self.pending = _Op(name, deps), set()
+        return self.last
+
+    def wait_event(self, event):
+        if event is not None:
+            self.pending.add(event)
+
+    def wait_stream(self, other):
+        if other.last is not None:
+            self.pending.add(other.last)
+
+
+class _Streams:
+    """The receiver's current stream and the sender's, and PyTorch's copy between GPUs: it runs
+    on the sender's current stream after the receiver's current stream's work so far, and the
+    receiver's current stream then waits for it."""
+
+    def __init__(self):
+        self.adder, self.sender = _Stream("adder"), _Stream("sender")
+        self.current, self.ops = self.adder, []
+
+    def on(self, stream):
+        import contextlib
+
+        @contextlib.contextmanager
+        def swap():
+            before, self.current = self.current, stream
+            try:
+                yield
+            finally:
+                self.current = before
+
+        return swap()
+
+    def copy(self, buf, src):
+        buf.copy_(src)
+        ready = self.current.push("receiver ready")  # an event recorded on the receiver's current stream
+        op = self.sender.push(f"copy{sum(o.name.startswith('copy') for o in self.ops)}", {ready})
+        self.current.pending.add(op)
+        self.ops.append(op)
+
+    def add(self, out, base, staged, in_place):
+        out.add_(staged) if in_place else torch.add(base, staged, out=out)
+        self.ops.append(self.current.push(f"add{sum(o.name.startswith('add') for o in self.ops)}"))
+
+
+def _waits_for(op: _Op):
+    """The names of every operation ``op`` waits for, directly or not."""
+    seen, todo = set(), list(op.deps)
+    while todo:
+        d = todo.pop()
+        if id(d) not in seen:
+            seen.add(id(d))
+            todo.extend(d.deps)
+            yield d.name
+
+
+def test_the_staged_add_copies_the_next_piece_while_it_adds_this_one(monkeypatch):
+    from lptrain.comm import executor
+
+    streams = _Streams()
+    landing = _Stream("landing")
+    monkeypatch.setattr(executor, "_current_stream", lambda device: streams.adder)
+    monkeypatch.setattr(executor, "_on_stream", streams.on)
+    monkeypatch.setattr(executor, "_record", lambda stream: stream.push(f"event on {stream.name}"))
+    monkeypatch.setattr(executor, "_copy_between", streams.copy)
+    monkeypatch.setattr(executor, "_add_into", streams.add)
+    out, src = torch.arange(40.0), torch.arange(40.0) * 3
+    staged_add(out, out, src, torch.empty(64, dtype=torch.uint8), landing=landing)  # 5 pieces of 8
+    assert torch.equal(out, torch.arange(40.0) * 4)
+    op = {o.name: o for o in streams.ops}
+    for k in range(5):
+        assert f"copy{k}" in set(_waits_for(op[f"add{k}"]))  # an add waits for its piece ...
+        if k + 1 < 5:
+            assert f"copy{k + 1}" not in set(_waits_for(op[f"add{k}"]))  # ... not for the next one
+            assert f"add{k}" not in set(_waits_for(op[f"copy{k + 1}"]))  # which is copied meanwhile
+        if k + 2 < 5:
+            assert f"add{k}" in set(_waits_for(op[f"copy{k + 2}"]))  # a half is refilled after its add
+
+
+def test_without_a_landing_stream_each_add_would_wait_for_the_next_copy(monkeypatch):
+    """What the landing stream is for: PyTorch's copy ties itself to the receiver's current
+    stream, so copies issued with the adds' stream current serialise copy and add."""
+    from lptrain.comm import executor
+
+    streams = _Streams()
+    monkeypatch.setattr(executor, "_copy_between", streams.copy)
+    monkeypatch.setattr(executor, "_add_into", streams.add)
+    out, src = torch.arange(40.0), torch.arange(40.0) * 3
+    staged_add(out, out, src, torch.empty(64, dtype=torch.uint8))
+    op = {o.name: o for o in streams.ops}
+    assert "copy1" in set(_waits_for(op["add0"]))
+
+
+# -- link streams: one per link in the process, not one per communicator ---------------------------
+
+
+def test_communicators_share_their_links_streams_and_past_the_pool_it_is_said(monkeypatch):
+    """torch.cuda.Stream() hands out a pool of 32 per GPU round robin: streams asked for per
+    communicator ran past it (the bench builds eight), and links then shared streams unseen."""
+    from lptrain.comm import streams
+    from lptrain.comm.executor import CudaLinks
+
+    made = []
+
+    class FakeStream:
+        def __init__(self, device):
+            made.append(device)
+
+    monkeypatch.setattr(streams.torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(streams, "_streams", {})
+    monkeypatch.setattr(streams, "_taken", streams.Counter())
+    monkeypatch.setattr(streams, "_warned", set())
+    gpu = torch.device("cuda", 5)
+    first, second = CudaLinks([gpu] * 4, "staged"), CudaLinks([gpu] * 4, "staged")
+    for src, dst in ((0, 1), (1, 2), (2, 3), (3, 0)):
+        assert first.stream(src, dst, gpu) is second.stream(src, dst, gpu)
+    assert first.stream(0, 1, gpu, "landing") is not first.stream(0, 1, gpu)
+    assert streams.taken(5) == len(made) == 5
+    with pytest.warns(RuntimeWarning, match="more than 32 CUDA streams on cuda:5"):
+        for k in range(40):
+            streams.link_stream(k + 10, k + 11, gpu)
+    assert streams.taken(5) == 45

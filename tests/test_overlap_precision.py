@@ -14,7 +14,7 @@ from torch import nn
 
 from lptrain.settings.errors import ConfigError
 from lptrain.settings.locations import compose_config
-from lptrain.train.overlap import OverlappedReduction, gradient_buckets
+from lptrain.train.overlap import GPU_BUCKET_MB, OverlappedReduction, default_bucket_mb, gradient_buckets
 from lptrain.train.trainer import Trainer
 
 QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.checkpoint_every=0", "trainer.eval_every=0"]
@@ -37,6 +37,30 @@ def test_buckets_run_from_the_last_parameter_and_cover_the_buffer():
     assert gradient_buckets([3, 5, 2], 4) == [(3, 10), (0, 3)]
     assert gradient_buckets([3, 5, 2], 1) == [(8, 10), (3, 8), (0, 3)]
     assert gradient_buckets([3, 5, 2], 100) == [(0, 10)]
+
+
+def test_unset_buckets_are_25_mib_on_gpus_and_one_bucket_on_cpus():
+    assert GPU_BUCKET_MB == 25.0  # DDP's bucket_cap_mb
+    assert default_bucket_mb(None, "cuda") == 25.0
+    assert default_bucket_mb(None, "cpu") is None
+    assert default_bucket_mb(4.0, "cuda") == 4.0 and default_bucket_mb(4.0, "cpu") == 4.0
+
+
+def test_the_first_lines_say_what_the_buckets_are(tmp_path, capsys):
+    small = ["trainer.devices=cpu*2", "data=synthetic", "data.train_samples=64", "data.test_samples=16"]
+    one = Trainer(config(*QUIET, *small), tmp_path / "one")
+    assert one.describe_buckets() == (
+        "gradient in one bucket (trainer.bucket_mb unset): its collective starts when backward has ended"
+    )
+    some = Trainer(config(*QUIET, *small, "trainer.bucket_mb=0.25"), tmp_path / "some")
+    assert some.describe_buckets().startswith(
+        f"gradient in {len(some.buckets)} bucket(s) of at least 0.25 MiB (trainer.bucket_mb=0.25), the largest"
+    )
+    assert some.describe_buckets().endswith("each started while backward still runs")
+    from lptrain.cli import run
+
+    run(config(*QUIET, *small, "trainer.steps=1", "trainer.bucket_mb=0.25"), tmp_path / "cli")
+    assert capsys.readouterr().out.splitlines()[1] == f"lptrain: {some.describe_buckets()}"
 
 
 @pytest.mark.parametrize("sync", ["allreduce", "reduce"])

@@ -76,3 +76,47 @@ def test_a_regular_install_finds_its_configs_and_recipes_from_any_directory(tmp_
         text=True,
     )
     assert where.stdout.strip() == str(target / "lptrain" / "configs")
+
+
+def _gpu_wheels():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_wheels", ROOT / "scripts" / "gpu_wheels.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_torch_and_torchvision_are_a_range_and_the_installed_ones_lie_in_it():
+    """A user's own CUDA build of torch must be able to satisfy the requirement, and what
+    the tests run on must be inside what is declared (the GPU check asserts the same there)."""
+    from packaging.requirements import Requirement
+
+    wheels = _gpu_wheels()
+    declared = {Requirement(r).name: Requirement(r) for r in wheels.project_requirements()}
+    for name in ("torch", "torchvision"):
+        spec = declared[name].specifier
+        assert not any(s.operator in ("==", "===") for s in spec), f"{name} is pinned ({spec}): declare a range"
+    assert wheels.unmet(wheels.project_requirements(), []) == []
+
+
+def test_the_requirement_check_names_what_is_missing_and_what_is_out_of_range():
+    wheels = _gpu_wheels()
+    problems = wheels.unmet(["torch>=99", "no-such-package-lptrain>=1", "pytest; extra == 'x'"], [])
+    assert problems == [
+        f"wrong version: torch {torch_version()} is installed, torch>=99 is needed",
+        "missing: no-such-package-lptrain (needed as no-such-package-lptrain>=1)",
+    ]
+
+
+def torch_version() -> str:
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+def test_the_gpu_wheel_set_covers_what_the_gpu_machine_lacks():
+    """hydra-core, omegaconf and antlr4 (built from its source archive) and mlxtend: each once."""
+    wheels = _gpu_wheels()
+    assert set(wheels.DOWNLOAD) | set(wheels.BUILD) == {"hydra-core", "omegaconf", "antlr4-python3-runtime", "mlxtend"}
+    assert not set(wheels.DOWNLOAD) & set(wheels.BUILD)

@@ -222,6 +222,23 @@ def test_cuda_graph_option_is_checked_and_the_cpu_runs_eagerly():
     assert calls == [1]
 
 
+class _Current:
+    """Stands in for torch.cuda.device: which GPU is current (0 unless a context says)."""
+
+    index = 0
+
+    def __init__(self, device):
+        self.device = device
+
+    def __enter__(self):
+        self.before, _Current.index = _Current.index, self.device.index
+        return self
+
+    def __exit__(self, *exc):
+        _Current.index = self.before
+        return False
+
+
 class _FakeGraph:
     """Stands in for torch.cuda.CUDAGraph: capture records the call, replay repeats it."""
 
@@ -241,7 +258,7 @@ class _FakeCapture:
     pending = None  # the call the next capture records
     watched: torch.Tensor | None = None
 
-    def __init__(self, graph, capture_error_mode="global"):
+    def __init__(self, graph, stream=None, capture_error_mode="global"):
         self.graph = graph
 
     def __enter__(self):
@@ -267,9 +284,10 @@ def test_graph_bookkeeping_runs_each_call_once_and_measures_once_per_plan(monkey
     monkeypatch.setattr(cuda_graph.torch.cuda, "synchronize", lambda device=None: None)
     timings = {"replay": 1.0 if replay_faster else 3.0, "run": 2.0}
     monkeypatch.setattr(cuda_graph, "_time", lambda fn, restore, device: timings[fn.__name__])
+    monkeypatch.setattr(cuda_graph.torch.cuda, "device", _Current)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: None)
     _FakeGraph.captures = 0
-    replay = cuda_graph.GraphReplay(mode, [torch.device("cpu")] * 2)
-    replay.one_gpu = True  # as for replicas sharing a GPU
+    replay = cuda_graph.GraphReplay(mode, [torch.device("cuda", 0)] * 2)  # replicas sharing a GPU
 
     def call(t: torch.Tensor) -> None:
         def run():
@@ -292,3 +310,120 @@ def test_graph_bookkeeping_runs_each_call_once_and_measures_once_per_plan(monkey
     )
     # a: one capture to decide; b (new memory): captured again only where replaying pays
     assert _FakeGraph.captures == (2 if replay_faster else 1)
+
+
+class _DeviceGraph(_FakeGraph):
+    """A graph bound to the GPU its capture ran on, as torch.cuda.graph binds it to the current one."""
+
+    def replay(self):
+        assert _Current.index == self.captured_on, "replayed with another GPU current than it was captured on"
+        super().replay()
+
+
+class _CaptureStream:
+    def __init__(self, index: int):
+        self.device = torch.device("cuda", index)
+
+
+class _DeviceCapture(_FakeCapture):
+    """Captures on its stream (without one, on a process-wide default made on GPU 0, as
+    torch.cuda.graph's is where GPU 0 was current first), bound to the current GPU: unless
+    both are the GPU of the plan's streams nothing is recorded and, as PyTorch does, it
+    only warns that the graph is empty."""
+
+    target = 1  # the GPU the plan's streams are on
+
+    def __init__(self, graph, stream=None, capture_error_mode="global"):
+        super().__init__(graph, stream, capture_error_mode)
+        self.stream = stream or _CaptureStream(0)
+
+    def __enter__(self):
+        super().__enter__()
+        self.graph.captured_on = _Current.index
+        return self
+
+    def __exit__(self, *exc):
+        if not _Current.index == self.stream.device.index == _DeviceCapture.target:
+            self.graph.recorded = lambda: None
+            import warnings
+
+            warnings.warn(
+                "The CUDA Graph is empty. This usually means that the graph was attempted to be captured "
+                "on wrong device or stream.",
+                UserWarning,
+                stacklevel=1,
+            )
+        return super().__exit__(*exc)
+
+
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_a_plan_on_a_gpu_other_than_the_current_one_is_captured_and_replayed_there(monkeypatch, mode):
+    """Replicas on cuda:1 while cuda:0 is current: the capture and every replay run with
+    cuda:1 current (else the capture records nothing and every later call would do nothing)."""
+    from lptrain.comm import cuda_graph
+
+    monkeypatch.setattr(cuda_graph.torch.cuda, "CUDAGraph", _DeviceGraph)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "graph", _DeviceCapture)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: _CaptureStream(device.index))
+    monkeypatch.setattr(cuda_graph.torch.cuda, "device", _Current)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(cuda_graph, "_time", lambda fn, restore, device: {"replay": 1.0, "run": 2.0}[fn.__name__])
+    _Current.index = 0
+    replay = cuda_graph.GraphReplay(mode, [torch.device("cuda", 1)] * 2)
+    t = torch.zeros(4)
+
+    def run():
+        t.add_(1)
+
+    _FakeCapture.pending, _FakeCapture.watched = run, t
+    for n in range(1, 4):
+        replay.run(7, "allreduce of 4 x float32", [t], run)
+        assert torch.equal(t, torch.full((4,), float(n)))
+    assert replay.decisions["allreduce of 4 x float32"].startswith("graph")
+    assert _Current.index == 0  # the caller's current GPU is left as it was
+
+
+def test_a_capture_that_records_nothing_runs_the_plan_eagerly(monkeypatch):
+    from lptrain.comm import cuda_graph
+
+    monkeypatch.setattr(cuda_graph.torch.cuda, "CUDAGraph", _DeviceGraph)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "graph", _DeviceCapture)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: _CaptureStream(device.index))
+    monkeypatch.setattr(cuda_graph.torch.cuda, "device", lambda device: _Current(torch.device("cuda", 0)))
+    monkeypatch.setattr(cuda_graph.torch.cuda, "synchronize", lambda device=None: None)
+    replay = cuda_graph.GraphReplay("on", [torch.device("cuda", 1)] * 2)
+    t = torch.zeros(4)
+
+    def run():
+        t.add_(1)
+
+    _FakeCapture.pending, _FakeCapture.watched = run, t
+    for n in range(1, 3):
+        replay.run(7, "allreduce of 4 x float32", [t], run)
+        assert torch.equal(t, torch.full((4,), float(n)))
+    assert replay.decisions["allreduce of 4 x float32"] == "eager (the capture recorded nothing)"
+
+
+def test_a_trainers_buckets_are_captured_once_each_however_many(monkeypatch):
+    """One plan per gradient bucket, called in turn every step: each captured once, not
+    again every step once the buckets outnumber the graphs kept."""
+    from lptrain.comm import cuda_graph
+
+    monkeypatch.setattr(cuda_graph.torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "graph", _FakeCapture)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(cuda_graph.torch.cuda, "device", _Current)
+    monkeypatch.setattr(cuda_graph, "stream_for", lambda key, device: None)
+    _FakeGraph.captures = 0
+    replay = cuda_graph.GraphReplay("on", [torch.device("cuda", 0)] * 2)
+    buckets = [torch.zeros(4) for _ in range(21)]  # VGG-16's gradient in 25 MiB buckets
+    for _step in range(3):
+        for k, t in enumerate(buckets):
+
+            def run(t=t):
+                t.add_(1)
+
+            _FakeCapture.pending, _FakeCapture.watched = run, t
+            replay.run(k, f"allreduce of bucket {k}", [t], run)
+    assert all(torch.equal(t, torch.full((4,), 3.0)) for t in buckets)
+    assert _FakeGraph.captures == len(buckets)

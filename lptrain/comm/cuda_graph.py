@@ -11,17 +11,27 @@ around the trials, so the call's own result is computed once, from the caller's 
 
 Only for replicas that share one GPU: a graph belongs to one device, and capturing the
 peer copies between GPUs in one graph is a question for a machine that has several.
+
+That GPU need not be the current one (``cuda:1`` while the process's current device is
+``cuda:0``). ``torch.cuda.graph`` captures on one stream per process, made on whatever
+device was current at its first use, and binds the graph to the current device. So the
+capture gets a capture stream of the replicas' GPU, and the capture and every replay run
+with that GPU current; a capture that still records nothing (PyTorch only warns "The
+CUDA Graph is empty") counts as a failed capture, and the plan runs eagerly, instead of
+replaying nothing from then on.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import torch
 
 from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.streams import stream_for
 
 CUDA_GRAPH_MODES = ("auto", "on", "off")
 TRIALS = 5
@@ -47,11 +57,16 @@ class GraphReplay:
     per (plan, tensors), since it is bound to their memory.
     """
 
-    KEEP = 8
+    # A trainer calls one plan per gradient bucket every step (VGG-16 in 25 MiB buckets:
+    # 21), so the graphs kept must outnumber the buckets, or every call would capture
+    # again (and a capture synchronises the device). The plans allocate nothing while
+    # captured, so a kept graph holds little memory beyond the caller's own tensors.
+    KEEP = 64
 
     def __init__(self, mode: str, devices: Sequence[torch.device]) -> None:
         self.mode = check_cuda_graph(mode)
         self.one_gpu = len(set(devices)) == 1 and devices[0].type == "cuda"
+        self.device = devices[0] if self.one_gpu else None  # the GPU captured on and replayed on
         self._graphs: OrderedDict[tuple, torch.cuda.CUDAGraph] = OrderedDict()
         self._replay: dict[object, bool] = {}  # plan -> replayed (True) or launched (False)
         self.decisions: dict[str, str] = {}  # what each plan runs as, and why
@@ -68,7 +83,9 @@ class GraphReplay:
             if plan not in self._replay:
                 graph = self._decide(plan, label, tensors, eager)
             else:  # measured faster before: capture for this memory, nothing to time
-                graph = self._capture(label, eager, tensors[0].device)
+                graph = self._capture(label, eager)
+                if graph is None:
+                    self._replay[plan] = False
             if graph is None:
                 eager()
                 return
@@ -77,18 +94,37 @@ class GraphReplay:
                 self._graphs.popitem(last=False)
         else:
             self._graphs.move_to_end(key)
-        graph.replay()
+        with torch.cuda.device(self.device):  # launched on the current stream of the graph's own GPU
+            graph.replay()
 
-    def _capture(self, label: str, eager: Callable[[], None], device: torch.device):
+    def _capture(self, label: str, eager: Callable[[], None]):
         graph = torch.cuda.CUDAGraph()
         try:
+            # The replicas' GPU current and a capture stream on it: the graph is bound to
+            # the current device, and the plan's link streams join the capture stream
+            # only on their own GPU.
             # thread_local: the trainer's backward may be launching work from another
             # thread while a bucket's plan is captured on the communication thread.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            with (
+                torch.cuda.device(self.device),
+                warnings.catch_warnings(record=True) as caught,
+                torch.cuda.graph(
+                    graph, stream=stream_for(("capture",), self.device), capture_error_mode="thread_local"
+                ),
+            ):
+                warnings.simplefilter("always")
                 eager()  # recorded, not run
         except RuntimeError as err:  # said, not hidden: the decision names the reason
-            torch.cuda.synchronize(device)
+            torch.cuda.synchronize(self.device)
             self.decisions[label] = f"eager (the capture failed: {str(err).splitlines()[0]})"
+            return None
+        empty = [w for w in caught if "graph is empty" in str(w.message).lower()]
+        for w in caught:
+            if w not in empty:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if empty:
+            torch.cuda.synchronize(self.device)
+            self.decisions[label] = "eager (the capture recorded nothing)"
             return None
         return graph
 
@@ -99,17 +135,22 @@ class GraphReplay:
             for t, s in zip(tensors, saved):
                 t.copy_(s)
 
-        device = tensors[0].device
+        device = self.device
         eager()  # warm-up outside the capture: staging buffers, compiled kernels, streams
         restore()
-        graph = self._capture(label, eager, device)
+        graph = self._capture(label, eager)
         if graph is None:
             self._replay[plan] = False
             return None
         eager_s = replay_s = None
         if self.mode == "auto":
+
+            def replay() -> None:
+                with torch.cuda.device(device):
+                    graph.replay()
+
             eager_s = _time(eager, restore, device)
-            replay_s = _time(graph.replay, restore, device)
+            replay_s = _time(replay, restore, device)
             restore()
         use = prefer_graph(self.mode, eager_s, replay_s)
         how = "asked for" if self.mode == "on" else f"measured {replay_s * 1e6:.0f} us vs {eager_s * 1e6:.0f} us eager"

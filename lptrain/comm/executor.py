@@ -19,6 +19,7 @@ import torch
 
 from lptrain.comm.peer_kernel import KernelChoice, check_reduce_kernel, choose_kernel, cupy_available
 from lptrain.comm.plan import Buf, Code, Plan
+from lptrain.comm.streams import link_stream, stream_for
 
 
 def bind_cpu(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor]) -> list[Callable[[], object]]:
@@ -59,15 +60,17 @@ class CudaLinks:
     def __init__(self, devices: Sequence[torch.device], reduce_kernel: str = "auto") -> None:
         self.devices = tuple(devices)
         self.reduce_kernel = check_reduce_kernel(reduce_kernel)
-        self._streams: dict[tuple[int, int, int], torch.cuda.Stream] = {}
+        self._streams: dict[tuple[int, int, int, str], torch.cuda.Stream] = {}
         self._staging: dict[tuple[int, int], torch.Tensor] = {}
         self.decisions: dict[tuple[int, int], KernelChoice] = {}  # (sender GPU, receiver GPU) -> path
         self._reducer = None
 
-    def stream(self, src: int, dst: int, device: torch.device) -> torch.cuda.Stream:
-        key = (src, dst, device.index)
+    def stream(self, src: int, dst: int, device: torch.device, role: str = "") -> torch.cuda.Stream:
+        """Link ``src -> dst``'s stream on ``device``: the process's one for that link
+        (``lptrain.comm.streams``: PyTorch's pool holds 32 streams per GPU)."""
+        key = (src, dst, device.index, role)
         if key not in self._streams:
-            self._streams[key] = torch.cuda.Stream(device=device)
+            self._streams[key] = link_stream(src, dst, device, role)
         return self._streams[key]
 
     def all_streams(self) -> list[torch.cuda.Stream]:
@@ -125,53 +128,108 @@ class CudaLinks:
 
 
 def staged_add(
-    out: torch.Tensor, base: torch.Tensor, src: torch.Tensor, stage: torch.Tensor, half_bytes: int | None = None
+    out: torch.Tensor,
+    base: torch.Tensor,
+    src: torch.Tensor,
+    stage: torch.Tensor,
+    half_bytes: int | None = None,
+    landing: torch.cuda.Stream | None = None,
 ) -> None:
     """``out = base + src`` with ``src`` on another GPU, through ``stage`` (bytes on ``out``'s GPU).
 
     Call with the link's streams current (the sender's on its GPU, the receiver's on
-    ``out``'s). The block goes in pieces through the two halves of ``stage``: piece k+1 is
-    copied while piece k is added. No event or ``record_stream`` is needed: a copy between
-    GPUs runs on the sender's current stream after the receiver's current stream has
-    reached it (so a half is refilled only after the add that read it), and the receiver's
-    stream waits for the copy before the add.
+    ``out``'s). The block goes in pieces through the two halves of ``stage``, so that piece
+    k+1 is copied while piece k is added. A copy between GPUs runs on the sender's current
+    stream, waits for everything queued on the receiver's *current* stream, and makes that
+    stream wait for it. Issued with the adds' stream current, each copy would wait for the
+    add before it and each add for the copy after it: one at a time. So, with ``landing``
+    (a second stream on the receiver, what ``run_cuda`` passes), the copies are issued with
+    ``landing`` current and the two streams are tied by events only where the data needs
+    it: an add waits for its own piece's copy, and a half is refilled only after the add
+    that read it. Without ``landing`` (CPU tensors) the pieces are simply queued in order.
     """
     itemsize = out.element_size()
     half = (half_bytes or stage.numel() // 2) // itemsize
     halves = (stage[: half * itemsize].view(out.dtype), stage[half * itemsize : 2 * half * itemsize].view(out.dtype))
     n = out.numel()
     pieces = [(a, min(a + half, n)) for a in range(0, n, half)]
+    adder = _current_stream(out.device) if landing is not None else None
+    if landing is not None:  # the halves are free once the adds queued before (earlier blocks) are done
+        landing.wait_stream(adder)
+    read: list[object | None] = [None, None]  # per half: the event after the last add that read it
 
-    def fetch(k: int) -> torch.Tensor:
+    def fetch(k: int) -> tuple[torch.Tensor, object | None]:
         a, b = pieces[k]
         buf = halves[k % 2][: b - a]
-        buf.copy_(src[a:b], non_blocking=True)
-        return buf
+        if landing is None:
+            _copy_between(buf, src[a:b])
+            return buf, None
+        if read[k % 2] is not None:
+            landing.wait_event(read[k % 2])
+        with _on_stream(landing):
+            _copy_between(buf, src[a:b])
+        return buf, _record(landing)
 
     staged = fetch(0) if pieces else None
     for k, (a, b) in enumerate(pieces):
         following = fetch(k + 1) if k + 1 < len(pieces) else None
-        if base is out:
-            out[a:b].add_(staged)
-        else:
-            torch.add(base[a:b], staged, out=out[a:b])
+        buf, landed = staged
+        if landed is not None:
+            adder.wait_event(landed)
+        _add_into(out[a:b], base[a:b], buf, base is out)
+        if landing is not None:
+            read[k % 2] = _record(adder)
         staged = following
+
+
+# The staged add's stream and copy operations, named so that a test can stand in for them.
+def _current_stream(device: torch.device):
+    return torch.cuda.current_stream(device)
+
+
+def _on_stream(stream):
+    return torch.cuda.stream(stream)
+
+
+def _record(stream):
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
+
+
+def _copy_between(buf: torch.Tensor, src: torch.Tensor) -> None:
+    buf.copy_(src, non_blocking=True)
+
+
+def _add_into(out: torch.Tensor, base: torch.Tensor, staged: torch.Tensor, in_place: bool) -> None:
+    if in_place:
+        out.add_(staged)
+    else:
+        torch.add(base, staged, out=out)
 
 
 def measure_paths(links: CudaLinks, src_dev: torch.device, dst_dev: torch.device, nbytes: int = 32 << 20) -> dict:
     """Milliseconds per add of a float32 block of ``nbytes`` from ``src_dev`` into
-    ``dst_dev``, by each path, timed with CUDA events on fresh streams (``reduce_kernel=auto``)."""
+    ``dst_dev``, by each path, timed with CUDA events on streams of their own
+    (``reduce_kernel=auto``). Those streams first wait for the buffers' fills (queued on the
+    current streams), so no trial reads a buffer being filled or times the fill; the sum
+    every trial leaves is checked, so a measurement of work that did not happen is refused."""
     n = nbytes // 4
     src = torch.ones(n, device=src_dev)
     out = torch.zeros(n, device=dst_dev)
-    s_src, s_dst = torch.cuda.Stream(device=src_dev), torch.cuda.Stream(device=dst_dev)
     stage = torch.empty(STAGE_BYTES, dtype=torch.uint8, device=dst_dev)
+    s_src, s_dst = stream_for(("measure", "sender"), src_dev), stream_for(("measure", "receiver"), dst_dev)
+    landing = stream_for(("measure", "landing"), dst_dev) if src_dev != dst_dev else None
+    for stream in (s_src, s_dst):
+        for device in {src_dev, dst_dev}:
+            stream.wait_stream(torch.cuda.current_stream(device))
     reducer = links.reducer()
     paths = {
-        "staged": lambda: staged_add(out, out, src, stage),
+        "staged": lambda: staged_add(out, out, src, stage, landing=landing),
         "peer": lambda: reducer.add(out, out, src, s_dst),
     }
     times = {}
+    runs = 0
     with torch.cuda.stream(s_src), torch.cuda.stream(s_dst):
         for name, run in paths.items():
             run()  # warm-up: compilation, peer mappings
@@ -182,6 +240,12 @@ def measure_paths(links: CudaLinks, src_dev: torch.device, dst_dev: torch.device
             end.record(s_dst)
             end.synchronize()
             times[name] = begin.elapsed_time(end) / 5
+            runs += 6
+    for device in {src_dev, dst_dev}:  # the buffers are freed on return: after every read of them
+        torch.cuda.current_stream(device).wait_stream(s_dst)
+        torch.cuda.current_stream(device).wait_stream(s_src)
+    if not bool((out == runs).all()):
+        raise RuntimeError(f"measuring the reduction paths {src_dev} -> {dst_dev}: the sum is wrong")
     return times
 
 
@@ -227,7 +291,12 @@ def run_cuda(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Te
                     if src_dev != dst_dev:
                         peer_reads.add((src_dev.index, s_dst))
                 elif src_dev != dst_dev:
-                    staged_add(dst, base, src, links.staging(ins.src, ins.dst, dst.numel() * dst.element_size()))
+                    landing = links.stream(ins.src, ins.dst, dst_dev, "landing")
+                    if id(landing) not in ready:  # waits for s_dst inside staged_add; listed for the finally
+                        ready.add(id(landing))
+                        used.append(landing)
+                    stage = links.staging(ins.src, ins.dst, dst.numel() * dst.element_size())
+                    staged_add(dst, base, src, stage, landing=landing)
                 elif base is dst:
                     dst.add_(src)
                 else:

@@ -119,7 +119,13 @@ def check_trainer(t: DictConfig, processes: int) -> int:
         _range("trainer.batch_per_device", t.batch_per_device, lambda v: v >= 1, "use a positive number of images")
     if t.stop_at is not None and t.epochs is None:
         _range("trainer.stop_at", t.stop_at, lambda v: 1 <= v <= t.steps, f"use a step from 1 to {t.steps}, or null")
-    _range("trainer.bucket_mb", t.bucket_mb, lambda v: v > 0, "use a positive size in MiB, or null: one bucket", True)
+    _range(
+        "trainer.bucket_mb",
+        t.bucket_mb,
+        lambda v: v > 0,
+        "use a positive size in MiB, or null (25 on GPUs, one bucket on CPUs)",
+        True,
+    )
     _range("trainer.eval_every", t.eval_every, lambda v: v >= 0, "use a number of steps, or 0 for no evaluation")
     _range("trainer.eval_batch", t.eval_batch, lambda v: v >= 1, "use a positive number of images")
     _range("trainer.log_every", t.log_every, lambda v: v >= 1, "use a positive number of steps")

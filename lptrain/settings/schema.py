@@ -157,7 +157,7 @@ class TrainerConfig:
     epochs: Optional[float] = opt(None, "train for this many epochs instead of steps")
     stop_at: Optional[int] = opt(None, "end after this step; the schedule and data order still span steps")
     sync: str = opt("allreduce", "allreduce (gradients) or reduce (to the root, then broadcast the weights)")
-    bucket_mb: Optional[float] = opt(None, "communicate the gradient in buckets of this many MiB (null: one)")
+    bucket_mb: Optional[float] = opt(None, "gradient buckets of this many MiB (null: 25 on GPUs, one on CPUs)")
     overlap: bool = opt(True, "start each bucket's collective while backward still runs (exact: same results)")
     precision: str = opt("fp32", "fp32, bf16 or fp16: autocast on every replica (weights stay fp32)")
     eval_every: int = opt(100, "evaluate every this many steps and at the end (0: never)")

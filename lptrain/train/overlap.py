@@ -28,7 +28,22 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 from torch import nn
 
+from lptrain.comm.streams import stream_for
+
 Bucket = tuple[int, int]  # [start, stop) in the flat gradient buffer
+
+
+# With trainer.bucket_mb unset: on GPUs DDP's bucket_cap_mb (25 MiB), so that the default
+# overlap=true has buckets to start while backward runs; on CPUs one bucket (the replicas'
+# backward and the collective compete for the same cores, and one message costs least).
+GPU_BUCKET_MB = 25.0
+
+
+def default_bucket_mb(bucket_mb: float | None, device_type: str) -> float | None:
+    """``trainer.bucket_mb`` as given, or, where unset, 25 MiB on CUDA and None (one bucket) elsewhere."""
+    if bucket_mb is None and device_type == "cuda":
+        return GPU_BUCKET_MB
+    return bucket_mb
 
 
 def gradient_buckets(sizes: Sequence[int], bucket_elems: int | None) -> list[Bucket]:
@@ -68,7 +83,8 @@ class OverlappedReduction:
         self._cond = threading.Condition()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="lptrain-comm")
         self._cuda = devices[0].type == "cuda"
-        self._streams = [torch.cuda.Stream(d) for d in dict.fromkeys(devices)] if self._cuda else []
+        # one per GPU for the process (trainers of one process do not step at the same time)
+        self._streams = [stream_for(("overlap",), d) for d in dict.fromkeys(devices)] if self._cuda else []
         self._handles = []
         self._per_bucket = [0] * len(self.buckets)
         self._pending = [0] * len(self.buckets)  # armed by begin(); a backward outside a step counts nothing

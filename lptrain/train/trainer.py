@@ -48,7 +48,7 @@ from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_chec
 from lptrain.train.devices import resolve_devices
 from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
-from lptrain.train.overlap import OverlappedReduction, gradient_buckets
+from lptrain.train.overlap import OverlappedReduction, default_bucket_mb, gradient_buckets
 from lptrain.train.precision import PRECISIONS, LossScaler, autocast, check_precision
 from lptrain.train.replicas import Replicas
 from lptrain.train.schedule import learning_rate
@@ -175,7 +175,8 @@ class Trainer:
             raise ConfigError(f"trainer.precision={self.precision} is not valid: {problem}; use fp32 or bf16")
         self.scaler = LossScaler(self.precision == "fp16")
         self.grad_dtype = PRECISIONS[str(cfg.comm.grad_dtype)]
-        self.buckets = self._buckets(t.get("bucket_mb"))
+        self.bucket_mb = default_bucket_mb(t.get("bucket_mb"), self.devices[0].type)
+        self.buckets = self._buckets(self.bucket_mb)
         # Overlap: each bucket's collective starts on a communication thread as soon as
         # every replica has produced its gradients, while backward continues.
         self.overlap = (
@@ -250,6 +251,18 @@ class Trainer:
         sizes = [q.numel() for q in self.replicas.models[0].parameters() if q.requires_grad]
         elems = max(1, int(float(bucket_mb) * 2**20) // self.grad_dtype.itemsize) if bucket_mb else None
         return gradient_buckets(sizes, elems)
+
+    def describe_buckets(self) -> str:
+        """One line for the run's first lines: how the gradient is cut, and where that came from."""
+        if self.bucket_mb is None:
+            return "gradient in one bucket (trainer.bucket_mb unset): its collective starts when backward has ended"
+        given = "" if self.cfg.trainer.get("bucket_mb") is not None else ", the default on GPUs as in DDP"
+        largest = max(b - a for a, b in self.buckets) * self.grad_dtype.itemsize / 2**20
+        when = "each started while backward still runs" if self.overlap is not None else "after backward (overlap off)"
+        return (
+            f"gradient in {len(self.buckets)} bucket(s) of at least {self.bucket_mb:g} MiB"
+            f" (trainer.bucket_mb={self.bucket_mb:g}{given}), the largest {largest:.1f} MiB, {when}"
+        )
 
     def _reduce_bucket(self, k: int) -> None:
         """Average bucket ``k`` of the gradients: allreduce, or reduce to the root; in
