@@ -11,8 +11,8 @@ and ``reduce`` on that backend against gloo's, passes a few operations through, 
 provokes the refusals. Rank 0 saves what it found; the test judges it.
 """
 
-
 import argparse
+import faulthandler
 
 import torch
 import torch.distributed as dist
@@ -20,7 +20,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import lptrain.ddp
-from lptrain.comm.errors import CollectiveInputError
 
 ALGOS = ("lp", "mst", "be", "ring")
 
@@ -90,8 +89,10 @@ def collectives(group, rank: int, world: int) -> dict[str, float]:
             elif what == "broadcast":
                 dist.broadcast(theirs, src=world - 1)
             elif what == "reduce":  # the root gets the sum, the others keep their input
+                total = theirs.clone()
+                dist.all_reduce(total)
                 if rank == 1 % world:
-                    dist.all_reduce(theirs)
+                    theirs = total
             else:
                 dist.all_reduce(theirs)
             worst[what] = max(worst.get(what, 0.0), float((ours - theirs).abs().max()))
@@ -161,6 +162,7 @@ def shared_state(rank: int) -> str:
 
 
 def main() -> None:
+    faulthandler.dump_traceback_later(120, exit=True)  # a hang ends with every thread's stack
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--out", required=True)

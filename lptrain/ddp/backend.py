@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.ranges import collective_range
-from lptrain.ddp.worker import OrderedWorker
+from lptrain.ddp.worker import OrderedWorker, SideStreams
 
 ALGORITHMS = ("lp", "mst", "be", "ring")
 BACKEND = "lptrain"  # the algorithm from LPTRAIN_ALGO
@@ -103,6 +103,7 @@ class LPProcessGroup(dist.ProcessGroup):
         self._inner: dict[str, dist.ProcessGroup] = {}
         self._comms: dict[str, Any] = {}
         self._worker = OrderedWorker(f"lptrain-{algo}")
+        self._side = SideStreams()
 
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name PyTorch calls
         return BACKEND
@@ -201,7 +202,7 @@ class LPProcessGroup(dist.ProcessGroup):
     # -- machinery ------------------------------------------------------------------------------------------
     @staticmethod
     def _how(op: Any, what: str) -> str | None:
-        """"sum" or "avg" for the schedules, None for a reduction passed through (max, min ...)."""
+        """Sum or average for the schedules for the schedules, None for a reduction passed through (max, min ...)."""
         for known, how in SCHEDULE_OPS.items():
             if op == known:
                 return how
@@ -234,15 +235,12 @@ class LPProcessGroup(dist.ProcessGroup):
         device = tensor.device
         comm = self._communicator(device)  # opened in the caller's order, on every rank alike
         future = self._future_for(device)
-        ready = None
-        if device.type == "cuda":  # what produced the tensor is queued on the caller's stream
-            ready = torch.cuda.Event()
-            ready.record(torch.cuda.current_stream(device))
+        ready = self._side.mark(device)
         nbytes = tensor.numel() * tensor.element_size()
 
         def job() -> None:
             try:
-                with _on_side_stream(device, ready), collective_range(op, self.algo, nbytes):
+                with self._side.after(device, ready), collective_range(op, self.algo, nbytes):
                     run(comm)
                     future.set_result([tensor])
             except BaseException as err:
@@ -322,27 +320,3 @@ def _device_of(args: tuple) -> torch.device:
         if isinstance(item, (list, tuple)):
             stack[:0] = list(item)
     return torch.device("cpu")
-
-
-class _on_side_stream:  # noqa: N801 - used as a context manager
-    """On CUDA: run on this device's side stream after ``ready``; nothing on the CPU."""
-
-    _streams: dict[torch.device, torch.cuda.Stream] = {}
-
-    def __init__(self, device: torch.device, ready) -> None:
-        self.device, self.ready, self._ctx = device, ready, None
-
-    def __enter__(self):
-        if self.device.type != "cuda":
-            return self
-        stream = self._streams.get(self.device)
-        if stream is None:
-            stream = self._streams[self.device] = torch.cuda.Stream(self.device)
-        stream.wait_event(self.ready)
-        self._ctx = torch.cuda.stream(stream)
-        self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._ctx is not None:
-            self._ctx.__exit__(*exc)

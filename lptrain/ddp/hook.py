@@ -17,7 +17,6 @@ On GPUs the future is a CUDA future: the thread waits for backward's stream to h
 produced the bucket, runs on a side stream, and the future carries that stream's event.
 """
 
-
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +25,7 @@ import torch.distributed as dist
 
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.ranges import collective_range
-from lptrain.ddp.worker import OrderedWorker
+from lptrain.ddp.worker import OrderedWorker, SideStreams
 
 GRAD_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 HOOK_ALGORITHMS = ("lp", "mst", "be", "ring", "nccl")
@@ -50,9 +49,7 @@ class LPHookState:
         **options: Any,
     ) -> None:
         if algo not in HOOK_ALGORITHMS:
-            raise CollectiveInputError(
-                f"unknown lptrain.ddp algorithm {algo!r}; valid: {', '.join(HOOK_ALGORITHMS)}"
-            )
+            raise CollectiveInputError(f"unknown lptrain.ddp algorithm {algo!r}; valid: {', '.join(HOOK_ALGORITHMS)}")
         if grad_dtype not in GRAD_DTYPES:
             raise CollectiveInputError(
                 f"unknown grad_dtype {grad_dtype!r} for lptrain.ddp; valid: {', '.join(GRAD_DTYPES)}"
@@ -68,7 +65,7 @@ class LPHookState:
         self.worker = OrderedWorker(f"lptrain-ddp-{algo}")
         self._params: set[int] | None = None  # the model's parameters, known after its first backward
         self._seen: set[int] = set()
-        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self.side = SideStreams()
 
     def __repr__(self) -> str:
         return f"LPHookState({self.algo!r}, {self.world_size} processes, grad_dtype {self.grad_dtype})"
@@ -86,11 +83,6 @@ class LPHookState:
                 "this lptrain.ddp state is registered on a second DDP model; make one state per model "
                 "(lptrain.ddp.state(...) for each register_comm_hook)"
             )
-
-    def side_stream(self, device: torch.device) -> torch.cuda.Stream:
-        if device not in self._streams:
-            self._streams[device] = torch.cuda.Stream(device)
-        return self._streams[device]
 
 
 def state(algo: str = "lp", **options: Any) -> LPHookState:
@@ -111,15 +103,12 @@ def hook(state: LPHookState, bucket: dist.GradBucket) -> torch.futures.Future[to
     buffer = bucket.buffer()
     cuda = buffer.device.type == "cuda"
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buffer.device] if cuda else None)
-    ready = None
-    if cuda:  # backward has queued the bucket's gradients on its stream, not finished them
-        ready = torch.cuda.Event()
-        ready.record(torch.cuda.current_stream(buffer.device))
+    ready = state.side.mark(buffer.device)  # backward has queued the bucket's gradients, not finished them
     index, nbytes = bucket.index(), buffer.numel() * state.grad_dtype.itemsize
 
     def average() -> None:
         try:
-            with _side(state, buffer.device, ready), collective_range("allreduce", state.algo, nbytes, index):
+            with state.side.after(buffer.device, ready), collective_range("allreduce", state.algo, nbytes, index):
                 sent = buffer if buffer.dtype == state.grad_dtype else buffer.to(state.grad_dtype)
                 sent.div_(state.world_size)  # as DDP's allreduce_hook: divide, then sum
                 state.comm.allreduce(sent)
@@ -144,22 +133,3 @@ def _fail_into(future: torch.futures.Future) -> Callable:
             future.set_exception(err)
 
     return check
-
-
-class _side:  # noqa: N801 - a context manager
-    """On CUDA: the state's side stream, after ``ready``; nothing on the CPU."""
-
-    def __init__(self, state: LPHookState, device: torch.device, ready) -> None:
-        self.state, self.device, self.ready, self._ctx = state, device, ready, None
-
-    def __enter__(self):
-        if self.device.type == "cuda":
-            stream = self.state.side_stream(self.device)
-            stream.wait_event(self.ready)
-            self._ctx = torch.cuda.stream(stream)
-            self._ctx.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._ctx is not None:
-            self._ctx.__exit__(*exc)

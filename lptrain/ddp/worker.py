@@ -14,10 +14,13 @@ out its own timeout on peers that have already stopped.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
+
+import torch
 
 
 class OrderedWorker:
@@ -47,3 +50,34 @@ class OrderedWorker:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+class SideStreams:
+    """On CUDA, a job runs on its device's side stream, after an event recorded on the
+    caller's stream when the job was asked for (the tensor's producers are queued there,
+    not finished); a future completed inside records that stream's event for its waiters.
+    On the CPU nothing changes."""
+
+    def __init__(self) -> None:
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    @staticmethod
+    def mark(device: torch.device) -> torch.cuda.Event | None:
+        """Where the caller's stream is now (None on the CPU)."""
+        if device.type != "cuda":
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        return event
+
+    @contextlib.contextmanager
+    def after(self, device: torch.device, ready: torch.cuda.Event | None) -> Iterator[None]:
+        if device.type != "cuda":
+            yield
+            return
+        if device not in self._streams:
+            self._streams[device] = torch.cuda.Stream(device)
+        stream = self._streams[device]
+        stream.wait_event(ready)
+        with torch.cuda.stream(stream):
+            yield

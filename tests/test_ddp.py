@@ -1,0 +1,72 @@
+"""lptrain.ddp under torchrun (gloo, 2 and 3 processes): the hook and the backend train a DDP
+model to the parameters DDP's own allreduce gives, within what reordering the additions
+alone changes (measured by a reversed-order control); bad input gets a one-line error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+HERE = Path(__file__).resolve().parent
+ALGOS = ("lp", "mst", "be", "ring")
+
+
+def torchrun(nproc: int, *args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc), *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module", params=[2, 3])
+def found(request, tmp_path_factory) -> dict:
+    work = tmp_path_factory.mktemp(f"ddp{request.param}")
+    run = torchrun(request.param, str(HERE / "ddp_workers.py"), "--steps", "20", "--out", str(work / "r.pt"), cwd=work)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return torch.load(work / "r.pt", weights_only=False)
+
+
+def drift(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+def reorder_bound(found: dict) -> float:
+    """Four times the control's distance from DDP's own, plus a couple of float32 ulps of the
+    largest parameter (at 2 processes every order gives the same sum: the control reads 0)."""
+    native = found["native"]
+    return 4 * drift(found["control"], native) + 2 * torch.finfo(torch.float32).eps * float(native.abs().max())
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_the_hook_trains_to_ddps_parameters(found, algo):
+    assert found["native"].shape == found["hook"][algo].shape
+    assert drift(found["hook"][algo], found["native"]) <= reorder_bound(found), (found["world"], algo)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_a_ddp_model_on_the_backend_trains_to_ddps_parameters(found, algo):
+    assert drift(found["backend"][algo], found["native"]) <= reorder_bound(found), (found["world"], algo)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_the_backends_collectives_match_gloos(found, algo):
+    worst = found["collectives"][algo]
+    assert set(worst) == {"all_reduce", "all_reduce_avg", "broadcast", "reduce", "async"}
+    assert worst["broadcast"] == 0 and worst["reduce"] <= 1e-12 and worst["async"] == 0, worst
+    assert worst["all_reduce"] <= 1e-12 and worst["all_reduce_avg"] <= 1e-12, worst  # float64, |x| ~ 4
+    assert all(found["passed"][algo].values()), found["passed"][algo]
+
+
+def test_bad_input_gets_one_line_naming_the_cause(found):
+    said = found["refusals"]
+    assert all("\n" not in text for text in said.values()), said
+    assert said["unknown_algorithm"].startswith("CollectiveInputError") and "'lq'" in said["unknown_algorithm"]
+    assert "grad_dtype 'fp8'" in said["unknown_grad_dtype"]
+    assert "can only be called once" in said["hook_twice"]  # DDP's own refusal of a second hook
+    assert "does not implement all_reduce of sparse tensors" in said["sparse_all_reduce"]
+    assert "does not implement all_reduce with PREMUL_SUM" in said["premul_sum"]
+    shared = found["shared_state"]
+    assert shared.startswith("CollectiveInputError") and "registered on a second DDP model" in shared, shared
+    assert "\n" not in shared, shared
