@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU path's one prepared device check, for a machine with one GPU, sized for an
-# 8-minute slot on an H200 (the steps' time limits add up to 7.8 minutes). Usage, from the
+# 9-minute slot on an H200 (the steps' time limits add up to 8.8 minutes). Usage, from the
 # repository root with the venv active and the gpu extra installed
 # (pip install -e '.[dev,gpu]'):
 #
@@ -76,6 +76,9 @@ step torchrun_train 60 "$PY" -m torch.distributed.run --standalone --nproc-per-n
     "hydra.run.dir=$out/torchrun"
 step torchrun_bench 30 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 -m lptrain.bench \
     --algo lp,ring,nccl -b 1M -e 16M --trials 2 --target-time 0.05
+
+# 5. lptrain.ddp's CUDA paths: the hook's CUDA futures and side streams, the backend over NCCL.
+step ddp_cuda 60 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 scripts/ddp_gpu_check.py
 
 echo "gpu_check: $(grep -c ' ok ' "$summary") of $(wc -l <"$summary") steps passed; results in $out"
 exit $status

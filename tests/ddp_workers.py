@@ -13,6 +13,8 @@ provokes the refusals. Rank 0 saves what it found; the test judges it.
 
 import argparse
 import faulthandler
+import os
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -161,12 +163,36 @@ def shared_state(rank: int) -> str:
     return one_line_error(lambda: second(torch.ones(3, 4)).sum().backward())
 
 
+def peer_dies(steps: int, die_at: int, out: str) -> None:
+    """Rank 1 leaves at step ``die_at``; rank 0's backward must fail promptly with one line
+    naming the collective, and its worker must not be left waiting."""
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    state = lptrain.ddp.state(algo="lp", timeout_s=20)
+    model = DistributedDataParallel(network(), bucket_cap_mb=0.02)
+    model.register_comm_hook(state, lptrain.ddp.hook)
+    for step in range(steps):
+        if rank == 1 and step == die_at:
+            os._exit(0)  # gone without a word, as a killed process
+        x, y = batch(step, rank)
+        try:
+            nn.functional.cross_entropy(model(x), y).backward()
+        except Exception as err:  # noqa: BLE001 - what the user's script would print
+            Path(out).write_text(f"{type(err).__name__}: {err}")
+            state.worker.close()  # returns at once: nothing is left running
+            os._exit(3)
+
+
 def main() -> None:
     faulthandler.dump_traceback_later(120, exit=True)  # a hang ends with every thread's stack
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--out", required=True)
+    p.add_argument("--die-at", type=int, default=None, help="rank 1 leaves at this step (the peer_dies case)")
     args = p.parse_args()
+    if args.die_at is not None:
+        peer_dies(args.steps, args.die_at, args.out)
+        return
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     found: dict = {"world": world, "hook": {}, "backend": {}, "collectives": {}, "passed": {}}

@@ -70,3 +70,15 @@ def test_bad_input_gets_one_line_naming_the_cause(found):
     shared = found["shared_state"]
     assert shared.startswith("CollectiveInputError") and "registered on a second DDP model" in shared, shared
     assert "\n" not in shared, shared
+
+
+def test_a_peer_that_dies_fails_the_survivors_backward_with_one_line(tmp_path):
+    """Rank 1 leaves mid-training; rank 0's backward raises a CollectiveError naming the
+    collective (not a hang: the hook's timeout is 20 s, the run is bounded by the launch's)."""
+    out = tmp_path / "said.txt"
+    args = ("--steps", "10", "--die-at", "3", "--out", str(out))
+    run = torchrun(2, str(HERE / "ddp_workers.py"), *args, cwd=tmp_path, timeout=120)
+    assert run.returncode != 0
+    said = out.read_text()
+    assert "\n" not in said.strip(), said
+    assert "CollectiveError" in said and "rank 0" in said and "allreduce" in said, said
