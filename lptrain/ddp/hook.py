@@ -121,7 +121,14 @@ def hook(state: LPHookState, bucket: dist.GradBucket) -> torch.futures.Future[to
 
     submitted = state.worker.submit(average)
     submitted.add_done_callback(_fail_into(future))
-    return future
+    # Python's set_exception stores the error as the future's value, which DDP's C++ side
+    # would try to read as a tensor ("Unable to cast ... to Tensor"); a then() whose callback
+    # reads the value turns it into the future's error, which DDP raises as it is.
+    return future.then(_value)
+
+
+def _value(done: torch.futures.Future) -> torch.Tensor:
+    return done.value()  # completed already: nothing waits here
 
 
 def _fail_into(future: torch.futures.Future) -> Callable:
