@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path's one prepared device check, for a machine with one GPU, sized for an
+# The GPU path's one prepared device check, for a machine with one GPU, sized for a
 # 9-minute slot on an H200 (the steps' time limits add up to 8.8 minutes). Usage, from the
 # repository root with the venv active and the gpu extra installed
 # (pip install -e '.[dev,gpu]'):

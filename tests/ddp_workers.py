@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
 from torch.nn.parallel import DistributedDataParallel
 
 import lptrain.ddp
@@ -198,6 +199,12 @@ def main() -> None:
     found: dict = {"world": world, "hook": {}, "backend": {}, "collectives": {}, "passed": {}}
     found["native"] = train(args.steps, rank)
     found["control"] = train(args.steps, rank, lambda m: m.register_comm_hook(None, reversed_order_hook))
+    found["native_bf16"] = train(args.steps, rank, lambda m: m.register_comm_hook(None, bf16_compress_hook))
+    found["hook_bf16"] = train(
+        args.steps,
+        rank,
+        lambda m: m.register_comm_hook(lptrain.ddp.state(algo="lp", grad_dtype="bf16"), lptrain.ddp.hook),
+    )
     for algo in ALGOS:
         found["hook"][algo] = train(
             args.steps, rank, lambda m, a=algo: m.register_comm_hook(lptrain.ddp.state(algo=a), lptrain.ddp.hook)
