@@ -12,6 +12,7 @@ provokes the refusals. Rank 0 saves what it found; the test judges it.
 """
 
 import argparse
+import datetime
 import faulthandler
 import os
 from pathlib import Path
@@ -164,14 +165,20 @@ def shared_state(rank: int) -> str:
     return one_line_error(lambda: second(torch.ones(3, 4)).sum().backward())
 
 
-def peer_dies(steps: int, die_at: int, out: str) -> None:
-    """Rank 1 leaves at step ``die_at``; rank 0's backward must fail promptly with one line
-    naming the collective, and its worker must not be left waiting."""
+def peer_dies(steps: int, die_at: int, out: str, via: str) -> None:
+    """Rank 1 leaves at step ``die_at``; rank 0's backward (``via`` the hook or the backend)
+    must fail promptly naming the collective, and the worker must not be left waiting."""
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    state = lptrain.ddp.state(algo="lp", timeout_s=20)
-    model = DistributedDataParallel(network(), bucket_cap_mb=0.02)
-    model.register_comm_hook(state, lptrain.ddp.hook)
+    if via == "hook":
+        state = lptrain.ddp.state(algo="lp", timeout_s=20)
+        model = DistributedDataParallel(network(), bucket_cap_mb=0.02)
+        model.register_comm_hook(state, lptrain.ddp.hook)
+        worker = state.worker
+    else:
+        group = dist.new_group(backend="lptrain_lp", timeout=datetime.timedelta(seconds=20))
+        model = DistributedDataParallel(network(), bucket_cap_mb=0.02, process_group=group)
+        worker = group._worker
     for step in range(steps):
         if rank == 1 and step == die_at:
             os._exit(0)  # gone without a word, as a killed process
@@ -180,7 +187,7 @@ def peer_dies(steps: int, die_at: int, out: str) -> None:
             nn.functional.cross_entropy(model(x), y).backward()
         except Exception as err:  # noqa: BLE001 - what the user's script would print
             Path(out).write_text(f"{type(err).__name__}: {err}")
-            state.worker.close()  # returns at once: nothing is left running
+            worker.close()  # returns at once: nothing is left running
             os._exit(3)
 
 
@@ -190,9 +197,10 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--out", required=True)
     p.add_argument("--die-at", type=int, default=None, help="rank 1 leaves at this step (the peer_dies case)")
+    p.add_argument("--via", default="hook", help="peer_dies through the hook or the backend")
     args = p.parse_args()
     if args.die_at is not None:
-        peer_dies(args.steps, args.die_at, args.out)
+        peer_dies(args.steps, args.die_at, args.out, args.via)
         return
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

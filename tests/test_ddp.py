@@ -84,12 +84,13 @@ def test_bad_input_gets_one_line_naming_the_cause(found):
     assert "\n" not in shared, shared
 
 
-def test_a_peer_that_dies_fails_the_survivors_backward_with_one_line(tmp_path):
-    """Rank 1 leaves mid-training; rank 0's backward raises the hook's CollectiveError, its
-    first line naming the collective and the peer (not a hang: the hook's timeout is 20 s,
-    the launch's 120 s bound the run), and the hook's worker thread closes at once."""
+@pytest.mark.parametrize("via", ["hook", "backend"])
+def test_a_peer_that_dies_fails_the_survivors_backward_naming_the_collective(tmp_path, via):
+    """Rank 1 leaves mid-training; rank 0's backward raises the hook's (or the backend's)
+    CollectiveError, its first line naming the collective and the peer (not a hang: the
+    timeout is 20 s, the launch's 120 s bound the run), and the worker thread closes at once."""
     out = tmp_path / "said.txt"
-    args = ("--steps", "10", "--die-at", "3", "--out", str(out))
+    args = ("--steps", "10", "--die-at", "3", "--out", str(out), "--via", via)
     run = torchrun(2, str(HERE / "ddp_workers.py"), *args, cwd=tmp_path, timeout=120)
     assert run.returncode != 0
     first = out.read_text().splitlines()[0]  # DDP re-raises the hook's error; PyTorch adds where it arose below

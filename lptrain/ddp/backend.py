@@ -77,6 +77,9 @@ class _Work(dist.Work):
     def __init__(self, done: Future, future: torch.futures.Future, device: torch.device | None) -> None:
         super().__init__()
         self._done, self._future, self._device = done, future, device
+        # DDP's C++ side reads the future's value as tensors: an error must be the future's
+        # error, not a value (Python's set_exception stores it as one); then() makes it so
+        self._result = future.then(_value)
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         seconds = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) and timeout else None
@@ -88,7 +91,7 @@ class _Work(dist.Work):
         return self._done.done()
 
     def get_future(self) -> torch.futures.Future:
-        return self._future
+        return self._result
 
 
 class LPProcessGroup(dist.ProcessGroup):
@@ -295,6 +298,10 @@ class _PassWork(_Work):
 
     def is_completed(self) -> bool:
         return self._issued.done() and self._issued.result().is_completed()
+
+
+def _value(done: torch.futures.Future) -> Any:
+    return done.value()  # completed already: nothing waits here
 
 
 def _failing_into(submitted: Future, future: torch.futures.Future) -> Future:
