@@ -50,3 +50,20 @@ def test_the_examples_train_to_the_same_weights_under_torchrun(tmp_path):
     plain = final_line("ddp_plain.py", tmp_path)
     assert final_line("ddp_hook.py", tmp_path) == plain
     assert final_line("ddp_backend.py", tmp_path, LPTRAIN_ALGO="ring") == plain
+
+
+def test_an_unknown_algorithm_for_the_backend_is_refused_in_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+    run = subprocess.run(
+        [*cmd, str(EXAMPLES / "ddp_backend.py"), "--steps", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LPTRAIN_ALGO": "lq"},
+    )
+    assert run.returncode != 0
+    said = [line for line in run.stderr.splitlines() if line.startswith("lptrain.comm.errors.CollectiveInputError")]
+    assert said and said[0].endswith(
+        "LPTRAIN_ALGO='lq' is not an algorithm of the lptrain backend; valid: lp, mst, be, ring"
+    )
