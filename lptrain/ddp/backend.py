@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -103,7 +104,7 @@ class LPProcessGroup(dist.ProcessGroup):
             raise CollectiveInputError(f"unknown {BACKEND} algorithm {algo!r}; valid: {', '.join(ALGORITHMS)}")
         self.algo = algo
         self._timeout = timeout
-        self._inner: dict[str, dist.ProcessGroup] = {}
+        self._inner: dict[str, weakref.ref] = {}
         self._comms: dict[str, Any] = {}
         self._worker = OrderedWorker(f"lptrain-{algo}")
         self._side = SideStreams()
@@ -124,8 +125,14 @@ class LPProcessGroup(dist.ProcessGroup):
         if kind not in INNER:
             raise CollectiveInputError(f"the {BACKEND} backend moves CPU and CUDA tensors, not {kind}")
         if kind not in self._inner:
-            self._inner[kind] = dist.new_group(backend=INNER[kind], timeout=self._timeout)
-        return self._inner[kind]
+            # held weakly, as DistributedCommunicator holds its group: torch's registry keeps it
+            # until destroy_process_group, which then frees it (gloo can abort when a group is
+            # torn down at interpreter exit instead)
+            self._inner[kind] = weakref.ref(dist.new_group(backend=INNER[kind], timeout=self._timeout))
+        group = self._inner[kind]()
+        if group is None:
+            raise CollectiveInputError(f"{self!r}: its inner {INNER[kind]} group was destroyed (destroy_process_group)")
+        return group
 
     def _communicator(self, device: torch.device):
         if device.type not in self._comms:
