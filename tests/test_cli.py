@@ -53,6 +53,7 @@ BAD_INPUT = [
     (["comm.options.cuda_graph=yes"], "comm.options.cuda_graph=yes is not valid; valid choices: auto, on, off"),
     (["trainer.devices=cpu:4"], "trainer.devices=cpu:4 is not valid: a CPU device has no index"),
     (["trainer.devices=gpu"], "trainer.devices=gpu is not valid"),
+    (["trainer.profile=0"], "trainer.profile=0 is not valid; use a step N or a range A-B of steps counted from 1"),
     (["+colour=red"], "colour is not a config group; the groups: comm, model, data, optim, trainer"),
     (["-m", "comm=lp,ring", "optim.momentum=1.5"], "optim.momentum=1.5 is not valid; use a value in [0, 1)"),
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
@@ -131,7 +132,30 @@ def check_trainer(t: DictConfig, processes: int) -> int:
     _range("trainer.log_every", t.log_every, lambda v: v >= 1, "use a positive number of steps")
     _range("trainer.checkpoint_every", t.checkpoint_every, lambda v: v >= 0, "use a number of steps, or 0 for none")
     _range("trainer.comm_timeout_s", t.comm_timeout_s, lambda v: v > 0, "use a positive number of seconds")
+    check_profile(t)
     return replicas
+
+
+def parse_step_range(value: object) -> tuple[int, int] | None:
+    """``None``, ``N`` or ``A-B`` (1 <= A <= B) as (first, last); anything else a ConfigError."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+    if match:
+        first, last = int(match[1]), int(match[2] or match[1])
+        if 1 <= first <= last:
+            return first, last
+    raise ConfigError(
+        f"trainer.profile={text} is not valid; use a step N or a range A-B of steps counted from 1 (such as 2-4), "
+        "or null"
+    )
+
+
+def check_profile(t: DictConfig) -> None:
+    steps = parse_step_range(t.get("profile"))
+    if steps is not None and t.epochs is None and steps[1] > t.steps:
+        raise _bad("trainer.profile", t.profile, f"the run has {t.steps} steps: use steps from 1 to {t.steps}")
 
 
 def check_comm(c: DictConfig, replicas: int) -> None:

@@ -171,6 +171,9 @@ class TrainerConfig:
     comm_timeout_s: float = opt(300.0, "torchrun: a peer silent this long is an error")
     check_desync: bool = opt(True, "torchrun: ranks compare what they call before each collective")
     progress: bool = opt(True, "show the progress display")
+    profile: Optional[str] = opt(
+        None, "steps to profile with torch.profiler, N or A-B counted from 1: profile/trace_rank<R>.json (null: none)"
+    )
 
 
 GROUPS: dict[str, type] = {

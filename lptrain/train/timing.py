@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
+from lptrain.comm.ranges import phase_range
+
 
 def slowest_timeline(marks_ms: Sequence[Sequence[float]]) -> list[float]:
     """Phase durations from each device's marks, counting what the step waited for once.
@@ -31,20 +33,24 @@ class PhaseTimer:
 
     On CUDA each phase is bracketed by events on every device's current stream and the
     phases are read off the slowest device's timeline (``slowest_timeline``); on the CPU
-    work is synchronous and the host clock is exact.
+    work is synchronous and the host clock is exact. Each phase is also a profiler range
+    (``lptrain phase compute`` ...), seen in ``trainer.profile``'s trace.
     """
 
     def __init__(self, devices: Sequence[torch.device]) -> None:
         self.cuda = [d for d in dict.fromkeys(devices) if d.type == "cuda"]
         self._marks: dict[str, list] = {}
         self._order: list[str] = []
+        self._ranges: dict[str, object] = {}
 
     def start(self, phase: str) -> None:
         self._marks[phase] = [self._mark()]
         self._order.append(phase)
+        self._ranges[phase] = phase_range(phase).__enter__()
 
     def stop(self, phase: str) -> None:
         self._marks[phase].append(self._mark())
+        self._ranges.pop(phase).__exit__(None, None, None)
 
     def _mark(self):
         if not self.cuda:

@@ -31,6 +31,7 @@ from lptrain.comm import build_communicator
 from lptrain.comm.auto import AutoCommunicator
 from lptrain.comm.devices import parse_devices
 from lptrain.comm.hierarchical import HierarchicalCommunicator
+from lptrain.comm.ranges import collective_range, phase_range
 from lptrain.data import (
     Batches,
     StepBatchSampler,
@@ -50,6 +51,7 @@ from lptrain.train.launch import any_across, init_from_environment, same_everywh
 from lptrain.train.log import Progress, RunLog, run_hparams
 from lptrain.train.overlap import OverlappedReduction, default_bucket_mb, gradient_buckets
 from lptrain.train.precision import PRECISIONS, LossScaler, autocast, check_precision
+from lptrain.train.profiling import StepProfiler, parse_step_range
 from lptrain.train.replicas import Replicas
 from lptrain.train.schedule import learning_rate
 from lptrain.train.seeding import replica_seed, reseeds_per_step, seed_device
@@ -270,10 +272,12 @@ class Trainer:
         a, b = self.buckets[k]
         grads = [g[a:b] for g in self.replicas.grads]
         sent = grads if self.grad_dtype == grads[0].dtype else [g.to(self.grad_dtype) for g in grads]
-        if self.cfg.trainer.sync == "allreduce":
-            self.comm.allreduce(sent, op="avg")
-        else:
-            self.comm.reduce(sent, root=0, op="avg")
+        op = self.cfg.trainer.sync
+        with collective_range(op, self.comm.name, (b - a) * sent[0].element_size(), k):
+            if op == "allreduce":
+                self.comm.allreduce(sent, op="avg")
+            else:
+                self.comm.reduce(sent, root=0, op="avg")
         if sent is not grads:
             for g, s in zip(grads, sent if self.cfg.trainer.sync == "allreduce" else sent[:1]):
                 g.copy_(s)
@@ -284,7 +288,8 @@ class Trainer:
     ) -> dict[str, float]:
         """One iteration on the next batch of ``batches`` (this process's share of ``step``'s)."""
         began = time.perf_counter()
-        images, labels = next(batches)  # 1. the batch, and how long the input pipeline kept us waiting
+        with phase_range("data"):
+            images, labels = next(batches)  # 1. the batch, and how long the input pipeline kept us waiting
         data_ms = (time.perf_counter() - began) * 1e3
         p, reps = self.replicas.world_size, self.replicas
         for opt in self.optimizers:
@@ -515,10 +520,18 @@ class Trainer:
         eval_s = 0.0
         t0 = time.perf_counter()
         batches = self.train_batches(self.start_step, self.stop_at)
+        profiled = parse_step_range(t.get("profile"))
+        profiler = StepProfiler(profiled, self.run_dir, self.rank, self.devices[0].type == "cuda") if profiled else None
         previous = self._install_signal_handlers(progress)
         try:
             for step in range(self.start_step, self.stop_at):
+                if profiler is not None:
+                    profiler.before(step + 1)
                 last = self.train_step(step, batches, timer)
+                if profiler is not None:
+                    profiler.after(step + 1)
+                    if profiler.written is not None and step + 1 == profiler.last:
+                        progress.message(f"profile of steps {profiler.first}-{profiler.last}: {profiler.written}")
                 if not history:  # what the first step decided (cuda_graph=auto times each plan then)
                     later = [line for line in self._kernel_choices() if line not in kernels]
                     _announce(progress, log, "comm/cuda_graph", "comm: ", later)
@@ -555,6 +568,8 @@ class Trainer:
                 saved_at = reached
             checkpoint = self.checkpoint_path if saved_at is not None else None
         finally:
+            if profiler is not None:
+                profiler.close()  # the run ended inside the range: what was recorded
             batches.close()  # the worker processes end here, also on an error or a second Ctrl-C
             self._restore_signal_handlers(previous)
             progress.close()

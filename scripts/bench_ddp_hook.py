@@ -1,0 +1,109 @@
+"""DDP with lptrain's hook and on lptrain's backend, beside DDP's own allreduce and lptrain's
+trainer: the same network, batch and steps under torchrun, in one run.
+
+    python scripts/bench_ddp_hook.py                         # alexnet, 10 steps, 2 processes on loopback
+    python scripts/bench_ddp_hook.py --steps 6 --repeats 2
+    python scripts/bench_ddp_hook.py --cluster "--nodes 4 --link 200mbit"   # root: emulated nodes
+
+The variants, one after the other, interleaved over ``--repeats`` rounds (the best of each
+is printed): DDP native (gloo's allreduce on DDP's 25 MiB buckets, ``scripts/ddp_recipe.py``),
+DDP with the lp and ring hooks (``--comm hook:ALGO``), DDP on the lptrain_lp backend
+(``--comm backend:lp``), and lptrain's trainer (``comm=lp``, overlap on, the same 25 MiB
+buckets, one CPU replica per process). The figure is the wall clock of the training steps,
+start-up excluded, and its ratio to DDP native's (above 1: faster). A benchmark, not a
+test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VARIANTS = ("native", "hook:lp", "hook:ring", "backend:lp", "trainer:lp")
+LABELS = {
+    "native": "DDP native (gloo allreduce)",
+    "hook:lp": "DDP + lptrain.ddp hook lp",
+    "hook:ring": "DDP + lptrain.ddp hook ring",
+    "backend:lp": "DDP on backend lptrain_lp",
+    "trainer:lp": "lptrain trainer comm=lp",
+}
+
+
+def launcher(nproc: int, cluster: str | None) -> list[str]:
+    """What runs ``[script, args]`` or ``["-m", module, args]`` on every process: torchrun on
+    loopback, or lptrain-cluster with ``cluster``'s options (one torchrun node per namespace)."""
+    if cluster is None:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return [sys.executable, "-m", "lptrain.cluster.cli", *shlex.split(cluster), "--", sys.executable]
+
+
+def ddp(run: list[str], recipe: str, steps: int, comm: str, bucket_mb: float) -> float | None:
+    command = [*run, str(HERE / "ddp_recipe.py"), "--recipe", recipe, "--steps", str(steps)]
+    done = subprocess.run(
+        [*command, "--comm", comm, "--bucket-mb", str(bucket_mb)], capture_output=True, text=True, check=True
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return json.loads(lines[-1])["train_s"] if lines else None
+
+
+def trainer(run: list[str], recipe: str, steps: int, algo: str, bucket_mb: float, work: Path) -> float | None:
+    run_dir = work / f"{algo}-{len(list(work.iterdir()))}"
+    overrides = [
+        f"+recipe={recipe}",
+        f"comm={algo}",
+        "trainer.devices=cpu",
+        f"trainer.steps={steps}",
+        "trainer.overlap=true",
+        f"trainer.bucket_mb={bucket_mb}",
+        "trainer.eval_every=0",
+        "trainer.checkpoint_every=0",
+        "trainer.progress=false",
+        "trainer.tensorboard=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    subprocess.run([*run, "-m", "lptrain", *overrides], capture_output=True, text=True, check=True)
+    summary = run_dir / "summary.json"
+    return json.loads(summary.read_text())["train_s"] if summary.exists() else None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--recipe", default="alexnet")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--cluster", default=None, help="lptrain-cluster's options: each run across emulated nodes")
+    args = p.parse_args()
+    run = launcher(args.nproc, args.cluster)
+    variants = args.variants.split(",")
+    best: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.repeats):
+            for v in variants:
+                kind, algo = (v.split(":") + [""])[:2]
+                if kind == "trainer":
+                    took = trainer(run, args.recipe, args.steps, algo, args.bucket_mb, Path(tmp))
+                else:
+                    took = ddp(run, args.recipe, args.steps, v, args.bucket_mb)
+                if took is not None:
+                    best[v] = min(best.get(v, took), took)
+    native = best.get("native")
+    where = f"lptrain-cluster {args.cluster}" if args.cluster else f"{args.nproc} processes on loopback"
+    print(f"# {args.recipe}, {where}, {args.steps} steps, buckets {args.bucket_mb:g} MiB, best of {args.repeats}")
+    print(f"{'variant':<30} {'train s':>8} {'ms/step':>8} {'vs native':>9}")
+    for v in variants:
+        if v in best:
+            ratio = f"{native / best[v]:8.2f}x" if native else "      n/a"
+            print(f"{LABELS.get(v, v):<30} {best[v]:8.2f} {1e3 * best[v] / args.steps:8.0f} {ratio}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
