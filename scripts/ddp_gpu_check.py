@@ -38,7 +38,9 @@ def train(register=None, group=None) -> torch.Tensor:
 
 def main() -> None:
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+    # No device_id: torch's new_group asks a default group bound to a device for that
+    # device's backend in the new group, and a group written in Python registers none.
+    dist.init_process_group("nccl")
     checks: dict[str, bool] = {}
     native = train()
     hooked = train(lambda m: m.register_comm_hook(lptrain.ddp.state(algo="lp"), lptrain.ddp.hook))
