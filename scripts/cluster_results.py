@@ -80,6 +80,13 @@ def benchmarks_section(data: dict) -> list[str]:
     ]
 
 
+def _train_load(data: dict) -> str:
+    loads = [t["load"] for t in data["train"] if "load" in t]
+    if not loads:
+        return "the machine was shared with other work while these ran (its load not recorded)"
+    return f"load average {min(loads):.1f} to {max(loads):.1f} at the starts of the runs"
+
+
 def paper_section(data: dict) -> list[str]:
     lines = [
         "## Measured on emulated links: the claims where the network is the bottleneck",
@@ -110,7 +117,7 @@ def paper_section(data: dict) -> list[str]:
             f"GoogLeNet at 64 px with its auxiliary classifiers ({c['parameters'] / 1e6:.1f} M parameters, "
             f"{c['parameters'] * 4 / 1e6:.0f} MB of fp32 gradients), synthetic data, one CPU replica per "
             f"node, batch 8 per node, `trainer.overlap=false`; communication ms per iteration, median of the steps "
-            f"after the first ({c['steps']} steps).",
+            f"after the first ({c['steps']} steps); {_train_load(data)}.",
             "",
             *ex.train_table(data),
             "",
@@ -209,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as err:
         print(f"cluster_results: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("cluster_results: interrupted; what was measured before is in " + str(DATA), file=sys.stderr)
+        return 130
     save(data)
     render(data)
     print(

@@ -38,10 +38,17 @@ def _cluster(nodes: int, link: str, logs: Path, command: list[str], timeout_s: f
 
 
 def _run(argv: list[str], what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"{what} failed (exit {done.returncode}): {last}")
+    """Run one lptrain-cluster command. On Ctrl-C it has the SIGINT too (same process
+    group) and removes what it made: wait for that instead of killing it mid-cleanup."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate()
+    except BaseException:
+        proc.wait()
+        raise
+    if proc.returncode != 0:
+        last = (err.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}): {last}")
 
 
 def conditions(link: str) -> dict:
@@ -61,7 +68,7 @@ def bench_on_cluster(nodes: int, link: str, sizes: tuple[str, str], trials: int,
     out = work / f"bench-p{nodes}.json"
     load = os.getloadavg()[0]
     bench = [sys.executable, "-m", "lptrain.bench", "--op", "all", "-b", sizes[0], "-e", sizes[1], "-f", "4",
-             "--algo", ",".join(TABLE_ALGOS), "-n", "1", "--trials", str(trials), "--json", str(out), "--quiet",
+             "--algo", ",".join(BENCH_ALGOS), "-n", "1", "--trials", str(trials), "--json", str(out), "--quiet",
              "--timeout", "120"]  # fmt: skip
     _run(_cluster(nodes, link, work / f"logs-bench-p{nodes}", bench, 3600), f"the benchmark on {nodes} nodes")
     return [dict(row, nodes=nodes, load=load) for row in json.loads(out.read_text())]
@@ -112,6 +119,7 @@ TRAIN_MODEL = ("model=googlenet", "model.image_size=64", "data=synthetic")
 def train_on_cluster(nodes: int, link: str, case: TrainCase, steps: int, work: Path) -> dict:
     """A short GoogLeNet run (5.6 M parameters, 22 MB of gradients) on ``nodes`` namespaces:
     the communication ms of each step after the first."""
+    load = os.getloadavg()[0]
     run = work / f"train-p{nodes}-{case.overrides[0].split('=')[1]}-{len(case.overrides)}"
     command = [sys.executable, "-m", "lptrain.cli", *TRAIN_MODEL, *case.overrides, "trainer.devices=cpu*1",
                f"trainer.steps={steps}", "trainer.batch_per_device=8", "trainer.overlap=false",
@@ -124,8 +132,8 @@ def train_on_cluster(nodes: int, link: str, case: TrainCase, steps: int, work: P
 
     model = build_model("googlenet", 10, 64)
     parameters = sum(p.numel() for p in model.parameters())
-    return {"nodes": nodes, "case": case.label, "parameters": parameters, "comm_ms": statistics.median(comm),
-            "steps": len(steps_seen),
+    return {"nodes": nodes, "case": case.label, "parameters": parameters, "load": load,
+            "comm_ms": statistics.median(comm), "steps": len(steps_seen),
             "step_ms": statistics.median(s["step_ms"] for s in steps_seen[1:])}  # fmt: skip
 
 
