@@ -58,6 +58,11 @@ from lptrain.train.timing import PhaseTimer
 
 __all__ = ["SYNC_MODES", "ConfigError", "Summary", "Trainer"]
 
+# After a failed step, how long to let a collective already running on the communication
+# thread finish (in one process, moments; across processes it may wait on a peer that is
+# gone, and the thread is a daemon: it cannot hold the process at exit).
+OVERLAP_ABORT_WAIT_S = 10.0
+
 
 @dataclass
 class Summary:
@@ -287,15 +292,20 @@ class Trainer:
         reps.zero_grad()
         if self.overlap is not None:  # ... the buckets' collectives starting as their gradients are ready
             self.overlap.begin()
-        results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
-        timer.stop("compute")
-        timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
-        if self.overlap is not None:
-            self.overlap.backward_done()
-            grads_ms = self.overlap.wait()
-        else:
-            for k in range(len(self.buckets)):
-                self._reduce_bucket(k)
+        try:
+            results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
+            timer.stop("compute")
+            timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
+            if self.overlap is not None:
+                self.overlap.backward_done()
+                grads_ms = self.overlap.wait()
+            else:
+                for k in range(len(self.buckets)):
+                    self._reduce_bucket(k)
+        except BaseException:  # an error in forward or backward, a second Ctrl-C: no thread left waiting
+            if self.overlap is not None:
+                self.overlap.abort(timeout_s=OVERLAP_ABORT_WAIT_S)
+            raise
         timer.stop("comm")
         timer.start("update")  # 4. update: everywhere, or on the root ...
         overflow = self._unscale_gradients()
@@ -316,7 +326,7 @@ class Trainer:
         loss = sum(float(r[0]) for r in results) / p
         correct = sum(int(r[1]) for r in results)
         if self.nprocs > 1:
-            loss, correct = sum_across([loss, correct], self.devices[0])
+            loss, correct = sum_across([loss, correct], self.devices[0], f"the loss sum of step {step + 1}")
             loss /= self.nprocs
         other_ms = ms["comm_params"] + ms["comm_buffers"]  # not overlapped
         comm_ms = (grads_ms if self.overlap is not None else ms["comm"]) + other_ms
@@ -349,7 +359,7 @@ class Trainer:
         overflow = self.scaler.found_overflow(self.replicas.grads[0])
         if self.nprocs > 1:  # in reduce mode only rank 0 holds the sum: its answer counts
             counts = self.cfg.trainer.sync == "allreduce" or self.rank == 0
-            overflow = any_across(overflow and counts, self.devices[0])
+            overflow = any_across(overflow and counts, self.devices[0], "the fp16 overflow check")
         if not overflow:
             grads = self.replicas.grads
             self.scaler.unscale(grads if self.cfg.trainer.sync == "allreduce" else grads[:1])
@@ -515,7 +525,9 @@ class Trainer:
                 done = step + 1
                 log.step(done, last, last["warmup"])
                 if self.nprocs > 1:  # every process stops at the same step
-                    self._stop_requested = any_across(self._stop_requested, self.devices[0])
+                    self._stop_requested = any_across(
+                        self._stop_requested, self.devices[0], f"the stop check after step {done}"
+                    )
                 logged = None
                 if done % int(t.log_every) == 0 or done == self.stop_at or self._stop_requested:
                     logged = interval_mean(interval)
