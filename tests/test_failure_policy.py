@@ -8,12 +8,16 @@ file left by a killed save.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.eval_every=0"]
 
@@ -96,3 +100,129 @@ def test_two_quick_ctrl_c_end_the_run_at_once_with_130(tmp_path):
             proc.communicate()
     assert proc.returncode == 130, err[-3000:]
     assert err.strip().splitlines()[-1] == "lptrain: interrupted", err[-3000:]
+
+
+# -- a sweep survives one failing job ------------------------------------------------------------------------
+
+
+def tuning_file(path: Path, world_size: int) -> Path:
+    rows = [{"op": "allreduce", "bytes": 1 << 20, "algo": algo, "options": {}, "time_us": t}
+            for algo, t in (("ring", 900.0), ("lp", 1000.0))]  # fmt: skip
+    path.write_text(json.dumps({"lptrain_tuning": 1, "executor": "in-process", "device_type": "cpu",
+                                "world_size": world_size, "dtype": "float32", "rows": rows}))  # fmt: skip
+    return path
+
+
+def test_a_sweep_runs_every_job_when_one_fails_at_run_time_and_exits_non_zero_with_a_count(tmp_path):
+    """Job 0 (four replicas) is refused at run time, its tuning file being for two ranks;
+    job 1 (two replicas) is valid and must still run. Before the fix it never started."""
+    tuning = tuning_file(tmp_path / "two.json", 2)
+    sweep = tmp_path / "sweep"
+    result = cli("-m", "trainer.devices=4,2", "comm=auto", f"comm.options.tuning={tuning}", "trainer.steps=2",
+                 "trainer.checkpoint_every=0", *QUIET, f"hydra.sweep.dir={sweep}", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    said = error_lines(result.stderr)
+    assert len(said) == 2, result.stderr
+    assert said[0].startswith("lptrain: error: job 0 (trainer.devices=4 ") and "does not describe this run" in said[0]
+    assert said[1] == "lptrain: error: 1 of 2 jobs failed (job 0); the others ran"
+    assert "Traceback" not in result.stderr
+    assert (sweep / "1" / "summary.json").exists(), "the valid job did not run"
+    failed = json.loads((sweep / "0" / "failed.json").read_text())
+    assert failed["exit_code"] == 2 and "does not describe this run" in failed["error"]
+    report = subprocess.run([sys.executable, "-m", "lptrain.report", str(sweep)], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    failed_rows = [line for line in report.stdout.splitlines() if "FAILED" in line]
+    assert len(failed_rows) == 1 and "trainer.devices=4" in failed_rows[0], report.stdout
+
+
+# -- run folders: claimed atomically, never removed unless lptrain made them ----------------------------------
+
+
+def test_a_refused_run_leaves_a_folder_the_user_made(tmp_path):
+    """Refused at run time (an image folder with no classes, found once the data is read):
+    the folder the user made stays; one lptrain made for it goes."""
+    (tmp_path / "images" / "train").mkdir(parents=True)
+    (tmp_path / "images" / "val").mkdir()
+    bad = ["data=imagefolder", f"data.root={tmp_path / 'images'}"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    result = cli(*bad, f"hydra.run.dir={mine}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert len(error_lines(result.stderr)) == 1 and "holds no class folders" in result.stderr
+    assert mine.is_dir(), "lptrain removed a folder it did not create"
+    made = tmp_path / "made" / "run"
+    result = cli(*bad, f"hydra.run.dir={made}", cwd=tmp_path)
+    assert result.returncode == 2 and not made.exists()
+    result = cli(*bad, cwd=tmp_path)  # the default folder, claimed by lptrain: removed with its parents
+    assert result.returncode == 2 and not (tmp_path / "outputs").exists()
+
+
+def test_two_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
+    from lptrain.settings.rundirs import plan
+
+    now = __import__("datetime").datetime(2026, 12, 4, 14, 30, 0)
+    os.chdir(tmp_path)
+    first, second = plan(["trainer.steps=1"], now), plan(["trainer.steps=1"], now)
+    assert first.overrides == ["hydra.run.dir=outputs/2026-12-04/14-30-00"]
+    assert second.overrides == ["hydra.run.dir=outputs/2026-12-04/14-30-00_1"]
+    assert plan(["-m", "comm=lp,ring"], now).overrides == ["hydra.sweep.dir=multirun/2026-12-04/14-30-00"]
+    # and for real: two lptrain processes at once, each with its own folder and steps
+    procs = [subprocess.Popen([sys.executable, "-m", "lptrain", "trainer.steps=3", "trainer.checkpoint_every=3",
+                               *QUIET], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]  # fmt: skip
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    runs = sorted(p.parent for p in (tmp_path / "outputs").rglob("steps.jsonl"))
+    assert len(runs) == 2, runs
+    for run in runs:
+        assert [json.loads(line)["step"] for line in (run / "steps.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+# -- checkpoints: a failed write says what it needed and where to resume; no temporary file left ---------------
+
+
+def test_a_temporary_file_of_a_killed_save_is_gone_after_the_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    first = cli("trainer.steps=4", "trainer.stop_at=2", "trainer.checkpoint_every=2", *QUIET,
+                f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-2000:]
+    left = run_dir / "checkpoints" / ".last.pt.k1ll3d.tmp"  # what a SIGKILL during torch.save leaves
+    left.write_bytes(os.urandom(1 << 16))
+    again = cli("trainer.steps=4", "trainer.checkpoint_every=0", f"trainer.resume={run_dir}", *QUIET,
+                f"hydra.run.dir={run_dir}", cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not left.exists()
+    assert (run_dir / "checkpoints" / "last.pt").exists()
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+    where.mkdir(exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(where)], capture_output=True)
+    return made.returncode == 0
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_with_the_resume_line(tmp_path):
+    """A 3 MiB file system: the first checkpoint (1.7 MiB) fits, the second cannot be written
+    beside it. The first must stay, no temporary file, one line, exit code 4."""
+    small = tmp_path / "small"
+    if not _can_mount_tmpfs(small):
+        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN)")
+    try:
+        run_dir = small / "run"
+        result = cli("trainer.steps=4", "trainer.checkpoint_every=2", *QUIET, f"hydra.run.dir={run_dir}",
+                     cwd=tmp_path)  # fmt: skip
+        last = run_dir / "checkpoints" / "last.pt"
+        assert result.returncode == 4, result.stderr[-3000:]
+        said = error_lines(result.stderr)
+        assert len(said) == 1, result.stderr[-3000:]
+        assert said[0].startswith(f"lptrain: error: could not write checkpoint {last}: No space left on device")
+        assert "MiB free there" in said[0] and "it needs about" in said[0]
+        assert f"the last good checkpoint is {last} (step 2): resume with trainer.resume={last}" in said[0]
+        assert sorted(p.name for p in last.parent.iterdir()) == ["last.pt"]
+        import torch
+
+        assert torch.load(last, weights_only=True)["step"] == 2
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

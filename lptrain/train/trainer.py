@@ -44,7 +44,13 @@ from lptrain.data import (
 from lptrain.models import SPECS, build_model, classification_loss
 from lptrain.settings.checks import SYNC_MODES, check_config
 from lptrain.settings.errors import ConfigError
-from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from lptrain.train.checkpoint import (
+    CheckpointError,
+    CheckpointWriteError,
+    load_checkpoint,
+    remove_stale_temporaries,
+    save_checkpoint,
+)
 from lptrain.train.devices import resolve_devices
 from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
@@ -192,6 +198,7 @@ class Trainer:
         if t.get("resume"):
             self._restore(load_checkpoint(t.resume))
         self._stop_requested, self._stop_signal = False, 0
+        self._saved_step: int | None = None  # the step of the last checkpoint this session wrote
 
     # -- set-up helpers -------------------------------------------------------------------
     @property
@@ -458,11 +465,24 @@ class Trainer:
             "rng_cpu": torch.get_rng_state(),
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
-        save_checkpoint(self.checkpoint_path, state)
+        try:
+            save_checkpoint(self.checkpoint_path, state)
+        except CheckpointWriteError as err:
+            raise CheckpointWriteError(f"{err}; {self._last_good()}") from err
+        self._saved_step = next_step
         if self.cfg.trainer.get("keep_checkpoints"):
             kept = self.checkpoint_path.with_name(f"step_{next_step:08d}.pt")
             shutil.copyfile(self.checkpoint_path, kept)
         return self.checkpoint_path
+
+    def _last_good(self) -> str:
+        """Where the run can continue from after a failed save, as the user would type it."""
+        if self._saved_step is not None and self.checkpoint_path.is_file():
+            path = self.checkpoint_path
+            return f"the last good checkpoint is {path} (step {self._saved_step}): resume with trainer.resume={path}"
+        if self.cfg.trainer.get("resume"):
+            return f"nothing newer was saved: resume with trainer.resume={self.cfg.trainer.resume} again"
+        return "no checkpoint of this run was saved"
 
     def _restore(self, state: dict[str, Any]) -> None:
         reps = self.replicas
@@ -500,6 +520,8 @@ class Trainer:
             initial=self.start_step,
         )
         timer = PhaseTimer(self.devices)
+        if self.is_main:
+            remove_stale_temporaries(self.checkpoint_path)  # what a save killed mid-write left here
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
         _announce(progress, log, "comm/auto", "comm auto: ", self._auto_choices())
