@@ -14,6 +14,7 @@ reports each failed one in a line, and exits with the first failure's code at th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -135,9 +136,7 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
 
     held = existing_run(run_dir)
     continuing = continues(run_dir, cfg.trainer.resume)
-    taken = (
-        f"; nothing was changed. Choose another hydra.run.dir, or continue that run with trainer.resume={run_dir}"
-    )
+    taken = f"; nothing was changed. Choose another hydra.run.dir, or continue that run with trainer.resume={run_dir}"
     if held and not continuing:
         raise FolderTaken(f"{run_dir} already holds a run ({', '.join(held)}){taken}")
     trainer = Trainer(cfg, run_dir)  # every check that needs the data, the devices or the checkpoint
@@ -204,6 +203,9 @@ def _task(cfg) -> float | None:
         label = f"job {hydra_cfg.job.num} ({' '.join(overrides) or 'no overrides'})"
         _say(f"{label}: {message}")
         _record_failure(run_dir, message, code, keep=True)
+        if (run_dir / FAILED_FILE).exists():  # what the report labels the job by
+            with contextlib.suppress(OSError):
+                write_run_config(cfg, run_dir, overrides)
         OUTCOME.failed.append((label, code))
         return None
     finally:
