@@ -8,6 +8,7 @@ file left by a killed save.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -226,3 +227,82 @@ def test_a_full_disk_while_checkpointing_is_one_line_with_the_resume_line(tmp_pa
         assert torch.load(last, weights_only=True)["step"] == 2
     finally:
         subprocess.run(["umount", str(small)], check=False)
+
+
+# -- a dead or stopped peer under torchrun: every survivor names it and the operation ----------------------
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    ranks = [item[5:] for item in env if item.startswith(b"RANK=")]
+    return int(ranks[0]) if ranks else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_every_survivor_names_the_peer_that_died_or_stopped_and_the_operation(tmp_path, how):
+    """Three processes under torchrun; rank 1 is SIGKILLed (or SIGSTOPped) mid-training.
+    Ranks 0 and 2 must each print one line naming rank 1 and the operation, and exit 3."""
+    timeout_s = 5
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lptrain.cluster.node", "--standalone", "--nproc-per-node", "3", "-m", "lptrain",
+         "trainer.devices=cpu*1", "trainer.batch_per_device=8", "trainer.steps=100000", "trainer.log_every=1",
+         "trainer.checkpoint_every=0", f"trainer.comm_timeout_s={timeout_s}", *QUIET, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    victim = None
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "steps.jsonl").exists() or len((run_dir / "steps.jsonl").read_text().splitlines()) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        workers = {_rank_of(p): p for agent in _children(proc.pid) for p in [agent, *_children(agent)]}
+        workers = {r: p for r, p in workers.items() if r is not None}
+        assert set(workers) == {0, 1, 2}, workers
+        victim = workers[1]
+        began = time.monotonic()
+        os.kill(victim, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        while any(_running(workers[r]) for r in (0, 2)) and time.monotonic() - began < timeout_s + 60:
+            time.sleep(0.1)
+        took = time.monotonic() - began
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)  # the stopped one: torchrun would only SIGTERM it
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    print(f"rank 1 {how}: the survivors ended {took:.1f} s later (comm_timeout_s={timeout_s})")
+    said = [line for line in err.splitlines() if line.startswith("lptrain: error:")]
+    print("\n".join(said))
+    assert len(said) == 2, err[-4000:]
+    for rank in (0, 2):
+        line = next((s for s in said if s.startswith(f"lptrain: error: rank {rank}: ")), None)
+        assert line is not None, said
+        assert "rank 1 stopped answering (last heartbeat" in line, line
+        assert any(op in line for op in ("allreduce #", "broadcast #", "the loss sum", "the stop check")), line
+    assert "Traceback" not in err and "Error executing job" not in err, err[-4000:]
+    assert took < timeout_s + 30, f"the survivors took {took:.0f} s"  # a bound against a hang, not a timing

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import math
+import re
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -94,9 +95,12 @@ class CollectiveError(RuntimeError):
     """A distributed collective failed: a peer died, stalled past the timeout, or desynced."""
 
 
-def one_line(err: BaseException, limit: int = 300) -> str:
-    """A backend's error as one short line (gloo's and NCCL's may span several)."""
+def one_line(err: BaseException, limit: int = 200) -> str:
+    """A backend's error as one short line: gloo's and NCCL's may span several, start with the
+    C++ source location and end in advice that the line before says better."""
     text = " ".join(str(err).split())
+    text = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\] ?", "", text)
+    text = text.split(" This is typically caused by")[0]
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

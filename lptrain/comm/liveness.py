@@ -116,9 +116,15 @@ class Heartbeat:
                 now = self._read("beat", others)
                 moved |= {r for r in others if r in now and now[r] != first.get(r)}
                 undecided = [r for r in others if r not in moved and r not in failing]
-                if not undecided or time.monotonic() - began >= watch_s:
+                # A survivor that watched longer already said who stopped: take its word for
+                # the ranks that have not moved here either (every survivor then ends sooner).
+                said = {int(r) for text in self._read("silent", others).values() for r in text.split(",") if r}
+                if not undecided or set(undecided) <= said or time.monotonic() - began >= watch_s:
                     break
                 time.sleep(min(self.interval_s / 2, 0.5))
+            if undecided:
+                with self._lock:
+                    self.store.set(self._key("silent", self.rank), ",".join(map(str, undecided)))
         except Exception:
             return []
         wall = time.time()
