@@ -11,9 +11,10 @@ heartbeats for a few seconds: a rank whose heartbeat does not move, and that has
 marked itself failing, is dead or stopped (SIGKILL, SIGSTOP, a pulled cable). Every
 survivor reaches the same answer, whichever peer its own socket complained about.
 
-It costs one small store write per process per second, and a few seconds of watching
-only after a failure. The store is used from two threads: c10d's stores serialise their
-operations, and this module's own accesses go through one lock besides.
+It costs one small store write and one read of the others' heartbeats per process per
+second, and a few seconds of watching only after a failure. The store is used from two
+threads: c10d's stores serialise their operations, and this module's own accesses go
+through one lock besides.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ class Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._seen_lock = threading.Lock()
+        self._seen: dict[int, str] = {}  # each peer's last heartbeat value seen ...
+        self._changed: dict[int, float] = {}  # ... and when it changed (this process's monotonic clock)
+        self._observed: float | None = None  # the last successful look
+        self._all_seen = False
 
     def _key(self, kind: str, rank: int) -> str:
         return f"{self.prefix}{kind}/{rank}"
@@ -80,6 +86,10 @@ class Heartbeat:
         while not self._stop.wait(self.interval_s):
             if not self._beat():
                 return
+            try:
+                self._observe()
+            except Exception:
+                return
 
     def stop(self, timeout_s: float = 2.0) -> None:
         self._stop.set()
@@ -92,43 +102,80 @@ class Heartbeat:
         return self._thread is not None and self._thread.is_alive()
 
     def _read(self, kind: str, ranks: list[int]) -> dict[int, str]:
-        keys = [self._key(kind, r) for r in ranks]
         found = {}
         with self._lock:
-            for r, key in zip(ranks, keys):
+            for r in ranks:
+                key = self._key(kind, r)
                 if self.store.check([key]):
                     found[r] = self.store.get(key).decode()
         return found
 
+    def _observe(self) -> None:
+        """Read every peer's heartbeat (one round trip once all exist) and note, on this
+        process's clock, when each last changed. Kept between failures, it answers even when
+        the store's host is gone by the time this rank looks (another node's agent may end
+        as soon as its worker does)."""
+        others = [r for r in range(self.world) if r != self.rank]
+        keys = [self._key("beat", r) for r in others]
+        with self._lock:
+            if not self._all_seen and not self.store.check(keys):
+                values = None
+            else:
+                self._all_seen = True
+                values = [v.decode() for v in self.store.multi_get(keys)]
+        if values is None:
+            self._note(self._read("beat", others))
+        else:
+            self._note(dict(zip(others, values)))
+
+    def _note(self, beats: dict[int, str]) -> None:
+        now = time.monotonic()
+        with self._seen_lock:
+            for r, value in beats.items():
+                if self._seen.get(r) != value:
+                    self._seen[r], self._changed[r] = value, now
+            self._observed = now
+
     def silent_peers(self, watch_s: float = STALE_S, reason: str = "") -> list[Silent]:
         """After a failure: mark this rank failing, then watch the others' heartbeats for up
-        to ``watch_s``; those that did not move and did not mark themselves failing. Empty
-        when the store cannot be read (then nobody can be named)."""
+        to ``watch_s``: the ranks whose heartbeat has not changed for ``watch_s`` and that did
+        not mark themselves failing. When the store stops answering, what was observed so far
+        decides."""
         others = [r for r in range(self.world) if r != self.rank]
+        began = time.monotonic()
+        failing: set[int] = set()
+        said: set[int] = set()
         try:
             with self._lock:
                 self.store.set(self._key("failing", self.rank), reason or "failing")
-            first = self._read("beat", others)
-            began = time.monotonic()
-            moved: set[int] = set()
+            self._observe()  # what the store holds now: a dead rank's last beat is among it
+            with self._seen_lock:
+                at_failure = dict(self._seen)
             while True:
-                failing = set(self._read("failing", others))
-                now = self._read("beat", others)
-                moved |= {r for r in others if r in now and now[r] != first.get(r)}
-                undecided = [r for r in others if r not in moved and r not in failing]
-                # A survivor that watched longer already said who stopped: take its word for
-                # the ranks that have not moved here either (every survivor then ends sooner).
-                said = {int(r) for text in self._read("silent", others).values() for r in text.split(",") if r}
-                if not undecided or set(undecided) <= said or time.monotonic() - began >= watch_s:
+                failing |= set(self._read("failing", others))
+                self._observe()
+                now = time.monotonic()
+                stale = {r for r in others if now - self._changed.get(r, began) >= watch_s}
+                fresh = {r for r in others if self._seen.get(r) != at_failure.get(r)}  # beat since the failure
+                undecided = [r for r in others if r not in stale | fresh | failing]
+                # A survivor that watched longer already said who stopped: take its word for the
+                # ranks that have not beaten here since the failure either (all end sooner).
+                said |= {int(r) for text in self._read("silent", others).values() for r in text.split(",") if r}
+                if not undecided or set(undecided) <= said or now - began >= watch_s:
                     break
                 time.sleep(min(self.interval_s / 2, 0.5))
-            if undecided:
+            silent = sorted((stale | set(undecided)) - fresh - failing)
+            if silent:
                 with self._lock:
-                    self.store.set(self._key("silent", self.rank), ",".join(map(str, undecided)))
-        except Exception:
-            return []
+                    self.store.set(self._key("silent", self.rank), ",".join(map(str, silent)))
+        except Exception:  # the store went away: decide on what was seen until then
+            seen_until = self._observed if self._observed is not None else began
+            silent = sorted(
+                r for r in others
+                if r in self._changed and r not in failing and seen_until - self._changed[r] >= watch_s
+            )  # fmt: skip
         wall = time.time()
-        return [Silent(r, max(0.0, wall - float(now[r])) if r in now else None) for r in undecided]
+        return [Silent(r, max(0.0, wall - float(self._seen[r])) if r in self._seen else None) for r in silent]
 
 
 _current: Heartbeat | None = None
