@@ -9,8 +9,9 @@ its own, and hands it to Hydra as ``hydra.run.dir`` (``hydra.sweep.dir``).
 
 A folder the user named may already exist (``mkdir D; lptrain hydra.run.dir=D``): it is
 recorded as the user's, and a run that never starts leaves it as it was, where it once
-was removed because it was empty. Under torchrun only rank 0 writes; the other ranks get
-a private temporary folder, removed at their end.
+was removed because it was empty. Under torchrun only rank 0 writes: with the default name
+the other ranks get a private temporary folder, removed at their end (a folder the user
+named is the same for all, and every rank checks it).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def plan(args: Sequence[str], now: datetime.datetime | None = None) -> RunDirs:
     kind = "sweep" if multirun else "run"
     key = KEYS[kind]
     given = _given(args, key)
-    if os.environ.get("RANK", "0") != "0":  # a torchrun worker that is not rank 0: it writes nothing
+    if given is None and os.environ.get("RANK", "0") != "0":  # a torchrun worker that is not rank 0 writes nothing
         private = Path(tempfile.mkdtemp(prefix=f"lptrain-rank{os.environ['RANK']}-"))
         dirs.made.append(private)
         dirs.overrides.append(f"{key}={private}")
