@@ -214,11 +214,13 @@ def _task(cfg) -> float | None:
 
 
 def _record_failure(run_dir: Path, message: str, code: int, keep: bool) -> None:
-    """``failed.json`` in a run folder that holds the run's files (or, in a sweep, any job's
-    folder lptrain made), so that lptrain-report marks the run; never raises."""
+    """``failed.json`` in the folder this run claimed (or, in a sweep, any job's folder
+    lptrain made; never in another run's), so that lptrain-report marks the run; never raises."""
+    from lptrain.settings.rundirs import holds
+
     try:
         mine = OUTCOME.dirs is not None and OUTCOME.dirs.ours(run_dir)
-        if run_dir.is_dir() and (existing_run(run_dir) or (keep and mine)):
+        if run_dir.is_dir() and (holds(run_dir) or (keep and mine)):
             (run_dir / FAILED_FILE).write_text(json.dumps({"error": message, "exit_code": code}) + "\n")
     except OSError:
         pass

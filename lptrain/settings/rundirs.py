@@ -128,7 +128,12 @@ class FolderTaken(Exception):
     """Another run holds the folder (its files, or a live lptrain writing there)."""
 
 
-_held: list[int] = []  # the open, locked config.yaml of this process's run (released at exit)
+_held: dict[Path, int] = {}  # run folder -> its open, locked config.yaml (released at exit)
+
+
+def holds(run_dir: Path) -> bool:
+    """Whether this process claimed ``run_dir`` (then what is in it is this run's)."""
+    return run_dir.resolve() in _held
 
 
 def hold(run_dir: Path, continuing: bool, text: str) -> None:
@@ -151,4 +156,4 @@ def hold(run_dir: Path, continuing: bool, text: str) -> None:
         raise FolderTaken(f"{run_dir} is in use by another lptrain that is still running") from None
     if os.fstat(fd).st_size == 0:
         os.write(fd, text.encode())
-    _held.append(fd)
+    _held[run_dir.resolve()] = fd
