@@ -209,6 +209,9 @@ def _task(cfg) -> float | None:
         OUTCOME.failed.append((label, code))
         return None
     finally:
+        from lptrain.settings.rundirs import release
+
+        release(run_dir)
         if OUTCOME.dirs is not None:
             OUTCOME.dirs.remove_if_empty(run_dir)  # a run that never started: leave nothing it made
 

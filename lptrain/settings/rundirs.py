@@ -131,6 +131,13 @@ class FolderTaken(Exception):
 _held: dict[Path, int] = {}  # run folder -> its open, locked config.yaml (released at exit)
 
 
+def release(run_dir: Path) -> None:
+    """Give up the claim on ``run_dir`` (the run ended; in one process, another run may follow)."""
+    fd = _held.pop(run_dir.resolve(), None)
+    if fd is not None:
+        os.close(fd)
+
+
 def holds(run_dir: Path) -> bool:
     """Whether this process claimed ``run_dir`` (then what is in it is this run's)."""
     return run_dir.resolve() in _held
