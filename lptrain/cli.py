@@ -82,6 +82,14 @@ def classify(err: BaseException) -> tuple[int, str] | None:
     return None
 
 
+def _ignore_interrupts() -> None:
+    """While the process leaves, a further Ctrl-C would only interrupt the interpreter's own
+    clean-up (a traceback from an exit handler after the one line)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def peer_failed(err: BaseException) -> None:
     """A collective across processes failed: one line, exit code 3, at once. Leaving the
     process group (or letting the interpreter tear it down) would wait on the peer that is
@@ -173,6 +181,7 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
     (run_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier failure of the run this one continued
     finish()
     if summary.interrupted_by:
+        _ignore_interrupts()  # saved and leaving: a late Ctrl-C has nothing left to abort
         sys.exit(128 + summary.interrupted_by)
     return summary.eval_accuracy
 
@@ -257,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app()
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without saving
+        _ignore_interrupts()
         print("\nlptrain: interrupted", file=sys.stderr, flush=True)
         sys.exit(130)
     if OUTCOME.failed:

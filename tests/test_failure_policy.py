@@ -100,7 +100,11 @@ def test_two_quick_ctrl_c_end_the_run_at_once_with_130(tmp_path):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 130, err[-3000:]
-    assert err.strip().splitlines()[-1] == "lptrain: interrupted", err[-3000:]
+    # The second Ctrl-C aborts the step (the usual case) or, on a busy machine, arrives once the
+    # first has finished the step and saved: either way one line and nothing after it.
+    last = (err.strip().splitlines() or [""])[-1]
+    assert last == "lptrain: interrupted" or "interrupted after step" in out, err[-3000:]
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-3000:]
 
 
 # -- a sweep survives one failing job ------------------------------------------------------------------------
