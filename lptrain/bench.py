@@ -41,9 +41,9 @@ from lptrain.comm.communicator import Communicator, ScheduleCommunicator
 from lptrain.comm.devices import DEVICE_TYPES, SpecSyntax, device_list
 from lptrain.comm.distributed import CollectiveError
 from lptrain.comm.sizes import parse_size
+from lptrain.exits import EXIT_PEER_FAILED
 from lptrain.train.launch import finish, launched_by_torchrun
 
-EXIT_PEER_FAILED = 3  # a collective across processes failed (a peer died, stalled or desynced)
 BENCH_SYNTAX = SpecSyntax(option="--devices", count_hint="--devices 4 --device-type cpu, or --devices cpu*4")
 
 

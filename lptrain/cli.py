@@ -7,31 +7,99 @@ lptrain -m +recipe=alexnet comm=lp,mst,be  # a sweep; then lptrain-report multir
 Before Hydra runs anything, every job of the command line is composed and checked
 (``lptrain.settings.preflight``): a bad value is one line on stderr and exit code 2, with
 no folder made. A run then writes only into a folder that holds no other run (or the one
-``trainer.resume`` continues). Exit codes: 0 done, 2 bad configuration or input, 130
-interrupted (Ctrl-C; 143 for SIGTERM), after the checkpoint was saved.
+``trainer.resume`` continues), claimed atomically (``lptrain.settings.rundirs``). Every
+failure ends in one line and the exit code of ``lptrain.exits``; a sweep runs every job,
+reports each failed one in a line, and exits with the first failure's code at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
+import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-EXIT_USAGE = 2
+from lptrain.exits import EXIT_PEER_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED
+
 RUN_FILES = ("metrics.jsonl", "steps.jsonl", "summary.json", "config.yaml", "checkpoints", "tb")
+FAILED_FILE = "failed.json"  # a failed run's one line and exit code, for lptrain-report
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from lptrain.comm import BackendUnavailableError, CollectiveInputError
     from lptrain.data import DataError
     from lptrain.settings.errors import ConfigError
+    from lptrain.settings.rundirs import FolderTaken
     from lptrain.train.checkpoint import CheckpointError
 
-    return (ConfigError, CollectiveInputError, BackendUnavailableError, DataError, CheckpointError, ValueError)
+    return (
+        ConfigError,
+        CollectiveInputError,
+        BackendUnavailableError,
+        DataError,
+        CheckpointError,
+        FolderTaken,
+        ValueError,
+    )
+
+
+def _say(message: str) -> None:
+    print(f"lptrain: error: {message}", file=sys.stderr, flush=True)
 
 
 def _fail(message: str) -> None:
-    print(f"lptrain: error: {message}", file=sys.stderr, flush=True)
+    _say(message)
     sys.exit(EXIT_USAGE)
+
+
+@dataclass
+class Outcome:
+    """What the jobs of this command line came to: the run folders, and each failed job."""
+
+    jobs: int = 1
+    failed: list[tuple[str, int]] = field(default_factory=list)  # (job's label, exit code)
+    dirs: object = None  # lptrain.settings.rundirs.RunDirs
+
+
+OUTCOME = Outcome()
+
+
+def classify(err: BaseException) -> tuple[int, str] | None:
+    """(exit code, one line) for an error the failure policy covers, None for a bug."""
+    from lptrain.train.checkpoint import CheckpointWriteError
+
+    if isinstance(err, CheckpointWriteError):
+        return EXIT_WRITE_FAILED, str(err)
+    if isinstance(err, _user_errors()):
+        return EXIT_USAGE, str(err)
+    if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
+        where = f" {err.filename}" if err.filename else ""
+        return EXIT_WRITE_FAILED, f"cannot write{where}: {err.strerror}"
+    return None
+
+
+def _ignore_interrupts() -> None:
+    """While the process leaves, a further Ctrl-C would only interrupt the interpreter's own
+    clean-up (a traceback from an exit handler after the one line)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def peer_failed(err: BaseException) -> None:
+    """A collective across processes failed: one line, exit code 3, at once. Leaving the
+    process group (or letting the interpreter tear it down) would wait on the peer that is
+    gone, so the process ends here, its output flushed."""
+    from lptrain.comm import liveness
+
+    _say(" ".join(str(err).split()))
+    sys.stdout.flush()
+    liveness.stop()
+    os._exit(EXIT_PEER_FAILED)
 
 
 def existing_run(run_dir: Path) -> list[str]:
@@ -47,12 +115,20 @@ def continues(run_dir: Path, resume: str | None) -> bool:
     return target == run_dir.resolve() or run_dir.resolve() in target.parents
 
 
+def _config_text(cfg) -> str:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(cfg, resolve=True)
+
+
 def write_run_config(cfg, run_dir: Path, overrides: list[str]) -> None:
-    """config.yaml (resolved) and overrides.yaml, at the start: what the report labels runs by."""
+    """config.yaml (resolved; written when the folder was claimed) and overrides.yaml, at the
+    start: what the report labels runs by."""
     from omegaconf import OmegaConf
 
     if not (run_dir / "config.yaml").exists():
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        (run_dir / "config.yaml").write_text(_config_text(cfg))
+    if not (run_dir / "overrides.yaml").exists():
         (run_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
 
@@ -62,15 +138,15 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
     from dataclasses import asdict
 
     from lptrain.models import parameter_count
+    from lptrain.settings.rundirs import FolderTaken, hold
     from lptrain.train.launch import finish
     from lptrain.train.trainer import Trainer
 
     held = existing_run(run_dir)
-    if held and not continues(run_dir, cfg.trainer.resume):
-        _fail(
-            f"{run_dir} already holds a run ({', '.join(held)}); nothing was changed. Choose another "
-            f"hydra.run.dir, or continue that run with trainer.resume={run_dir}"
-        )
+    continuing = continues(run_dir, cfg.trainer.resume)
+    taken = f"; nothing was changed. Choose another hydra.run.dir, or continue that run with trainer.resume={run_dir}"
+    if held and not continuing:
+        raise FolderTaken(f"{run_dir} already holds a run ({', '.join(held)}){taken}")
     trainer = Trainer(cfg, run_dir)  # every check that needs the data, the devices or the checkpoint
     if trainer.start_step >= trainer.stop_at:
         if trainer.is_main:
@@ -86,7 +162,10 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
         trainer.fit()
         finish()
         return None
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        hold(run_dir, continuing, _config_text(cfg))  # atomically: of two runs racing for it, one gets it
+    except FolderTaken as err:
+        raise FolderTaken(f"{err}{taken}") from None
     write_run_config(cfg, run_dir, overrides or [])
     where = f", {trainer.nprocs} processes" if trainer.nprocs > 1 else ""
     print(
@@ -100,24 +179,64 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
     summary = trainer.fit()
     print(summary.render(cfg, params), flush=True)
     (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
+    (run_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier failure of the run this one continued
     finish()
     if summary.interrupted_by:
+        _ignore_interrupts()  # saved and leaving: a late Ctrl-C has nothing left to abort
         sys.exit(128 + summary.interrupted_by)
     return summary.eval_accuracy
 
 
 def _task(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from lptrain.comm.distributed import CollectiveError
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    overrides = list(hydra_cfg.overrides.task)
+    sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
-        return run(cfg, run_dir, list(hydra_cfg.overrides.task))
-    except _user_errors() as err:
-        _fail(str(err))
+        return run(cfg, run_dir, overrides)
+    except CollectiveError as err:
+        peer_failed(err)
+    except Exception as err:
+        said = classify(err)
+        if said is None:
+            raise  # a bug: Hydra prints the traceback
+        code, message = said
+        if not sweep:
+            _say(message)
+            _record_failure(run_dir, message, code, keep=False)
+            sys.exit(code)
+        label = f"job {hydra_cfg.job.num} ({' '.join(overrides) or 'no overrides'})"
+        _say(f"{label}: {message}")
+        _record_failure(run_dir, message, code, keep=True)
+        if (run_dir / FAILED_FILE).exists():  # what the report labels the job by
+            with contextlib.suppress(OSError):
+                write_run_config(cfg, run_dir, overrides)
+        OUTCOME.failed.append((label, code))
+        return None
     finally:
-        if run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()  # Hydra made it for a run that never started: leave nothing behind
+        from lptrain.settings.rundirs import release
+
+        release(run_dir)
+        if OUTCOME.dirs is not None:
+            OUTCOME.dirs.remove_if_empty(run_dir)  # a run that never started: leave nothing it made
+
+
+def _record_failure(run_dir: Path, message: str, code: int, keep: bool) -> None:
+    """``failed.json`` in the folder this run claimed (or, in a sweep, any job's folder
+    lptrain made; never in another run's), so that lptrain-report marks the run; never raises."""
+    from lptrain.settings.rundirs import holds
+
+    try:
+        mine = OUTCOME.dirs is not None and OUTCOME.dirs.ours(run_dir)
+        if run_dir.is_dir() and (holds(run_dir) or (keep and mine)):
+            (run_dir / FAILED_FILE).write_text(json.dumps({"error": message, "exit_code": code}) + "\n")
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,22 +249,31 @@ def main(argv: list[str] | None = None) -> None:
     from lptrain.settings.preflight import preflight
 
     try:
-        preflight(args)
+        jobs = preflight(args)
     except _user_errors() as err:  # ConfigError among them
         _fail(str(err))
     import hydra
 
     from lptrain.settings.locations import configs_dir, register_all
+    from lptrain.settings.rundirs import plan
 
     register_all()
+    OUTCOME.jobs, OUTCOME.failed = max(jobs, 1), []
+    if jobs:  # a job will run (not --cfg, --info ...): its folder, claimed now
+        OUTCOME.dirs = plan(args)
+        args = [*args, *OUTCOME.dirs.overrides]
     app = hydra.main(version_base=None, config_path=str(configs_dir()), config_name="config")(_task)
-    if argv is not None:
-        sys.argv = [sys.argv[0], *argv]
+    sys.argv = [sys.argv[0], *args]
     try:
         app()
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without saving
+        _ignore_interrupts()
         print("\nlptrain: interrupted", file=sys.stderr, flush=True)
         sys.exit(130)
+    if OUTCOME.failed:
+        names = ", ".join(label.split(" (")[0] for label, _ in OUTCOME.failed)
+        _say(f"{len(OUTCOME.failed)} of {OUTCOME.jobs} jobs failed ({names}); the others ran")
+        sys.exit(OUTCOME.failed[0][1])
 
 
 if __name__ == "__main__":

@@ -6,13 +6,15 @@ lptrain-report multirun/2026-12-02/14-00-00        # table on stdout, report.png
 Each run is read from what it wrote: ``steps.jsonl`` (every step's times; the means and
 spreads are over the timed steps, as in the run's own summary), ``metrics.jsonl`` (eval
 accuracy, bytes per step), ``config.yaml`` and ``overrides.yaml`` (a run's label is every
-override that differs between the runs: the swept ones). Imports no Hydra, and torch
+override that differs between the runs: the swept ones). A run that failed (its folder
+holds ``failed.json``: the one-line error and the exit code) is listed last, marked FAILED. Imports no Hydra, and torch
 only to read LP block sizes when they were swept.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Sequence
@@ -43,6 +45,7 @@ class RunRecord:
     final_eval_accuracy: float | None
     loss: list[tuple[int, float]] = field(default_factory=list)
     label: str = ""
+    failed: str | None = None  # the failed run's one-line error (failed.json)
 
     def get(self, dotted: str, default=None):
         node = self.config
@@ -58,8 +61,19 @@ class RunRecord:
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Run folders under ``root``: those holding a ``steps.jsonl``."""
-    return sorted({p.parent for p in root.rglob("steps.jsonl")})
+    """Run folders under ``root``: those holding a ``steps.jsonl`` or a ``failed.json``."""
+    return sorted({p.parent for name in ("steps.jsonl", "failed.json") for p in root.rglob(name)})
+
+
+def _failure(run_dir: Path) -> str | None:
+    path = run_dir / "failed.json"
+    if not path.exists():
+        return None
+    try:
+        said = json.loads(path.read_text())
+        return f"{said.get('error', 'failed')} (exit code {said.get('exit_code', '?')})"
+    except (OSError, ValueError, AttributeError):
+        return "failed (failed.json unreadable)"
 
 
 def _yaml(path: Path):
@@ -89,6 +103,7 @@ def read_run(run_dir: Path) -> RunRecord:
         bytes_per_step=sizes[-1] if sizes else None,
         final_eval_accuracy=evals[-1] if evals else None,
         loss=[(r["step"], r["loss"]) for r in rows if "loss" in r],
+        failed=_failure(run_dir),
     )
 
 
@@ -108,8 +123,8 @@ def label_runs(records: Sequence[RunRecord]) -> list[str]:
 
 
 def rank(records: Sequence[RunRecord]) -> list[RunRecord]:
-    """Fastest communication first (runs without timed steps last)."""
-    return sorted(records, key=lambda r: (math.isnan(r.comm_ms[0]), r.comm_ms[0]))
+    """Fastest communication first (runs without timed steps, then failed runs, last)."""
+    return sorted(records, key=lambda r: (r.failed is not None, math.isnan(r.comm_ms[0]), r.comm_ms[0]))
 
 
 def render_table(records: Sequence[RunRecord]) -> str:
@@ -120,12 +135,18 @@ def render_table(records: Sequence[RunRecord]) -> str:
     )
     lines = [head, "-" * len(head)]
     for i, r in enumerate(records, 1):
+        if r.failed is not None and not r.timed_steps:
+            lines.append(
+                f"{i:>2} {r.label:<{width}} {str(r.get('model.name', '?')):<10} {r.steps:>5}   FAILED: {r.failed}"
+            )
+            continue
         acc = f"{100 * r.final_eval_accuracy:8.2f}%" if r.final_eval_accuracy is not None else f"{'-':>9}"
         comm = f"{r.comm_ms[0]:.2f} ± {r.comm_ms[1]:.2f}"
         compute = f"{r.compute_ms[0]:.1f} ± {r.compute_ms[1]:.1f}"
         lines.append(
             f"{i:>2} {r.label:<{width}} {str(r.get('model.name', '?')):<10} {r.steps:>5} {r.timed_steps:>5}"
             f" {comm:>16} {compute:>18} {100 * r.comm_share:9.1f}% {acc}"
+            + (f"  FAILED: {r.failed}" if r.failed is not None else "")
         )
     lines.append("")
     lines.append(
@@ -258,12 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{args.sweep} is not a folder")
     runs = find_runs(args.sweep)
     if not runs:
-        parser.error(f"no lptrain runs (folders holding steps.jsonl) under {args.sweep}")
+        parser.error(f"no lptrain runs (folders holding steps.jsonl or failed.json) under {args.sweep}")
     records = [read_run(r) for r in runs]
     keys = label_runs(records)
     records = rank(records)
     print(render_table(records))
-    out = plot(records, keys, args.out or args.sweep / "report.png")
+    plotted = [r for r in records if r.timed_steps]  # a failed run may have no steps to draw
+    out = plot(plotted or records, keys, args.out or args.sweep / "report.png")
     print(f"\nplot: {out}")
     return 0
 

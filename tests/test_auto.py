@@ -144,6 +144,10 @@ def test_a_tuning_file_for_another_setting_is_refused_with_what_differs(tmp_path
             "algorithm 'tree'; valid: lp, mst, be, ring, nccl",
         ),
         (json.dumps({**synthetic(), "rows": [{"op": "allreduce"}]}), "row 0 needs op, bytes, algo and time_us"),
+        (json.dumps({**synthetic(), "world_size": "four"}), r"bad\.json.: world_size='four' is not valid; use a whole"),
+        (json.dumps({**synthetic(), "world_size": 0}), r"world_size=0 is not valid; use a whole number of ranks"),
+        (json.dumps({**synthetic(), "rows": []}), r"bad\.json. has no rows: nothing was measured"),
+        (json.dumps({**synthetic(), "rows": {"op": "allreduce"}}), r"rows must be a list of measurements"),
     ],
 )
 def test_bad_tuning_files_get_one_clear_line(tmp_path, content, message):

@@ -226,7 +226,8 @@ def test_a_failing_node_and_a_timeout_end_the_run_with_their_codes(tmp_path):
 @needs_namespaces
 def test_a_link_taken_down_mid_collective_is_named_by_every_other_rank(tmp_path):
     """Node 2's cable pulled while a ring allreduce runs: each other rank stops with one line
-    naming the operation, the step and the peer it waited for, within the bench's --timeout."""
+    naming the operation, the step, the peer it waited for and the rank that stopped
+    answering, within the bench's --timeout and a few seconds of watching the heartbeats."""
     timeout_s = 5
     run = Watched(["--nodes", "4", "--grace", "30", "--logs", str(tmp_path / "logs"),
                    "--link-down", "2@1", "--link-down-cue", "# lptrain-bench allreduce", "--",
@@ -242,6 +243,9 @@ def test_a_link_taken_down_mid_collective_is_named_by_every_other_rank(tmp_path)
         assert f"rank {node}: allreduce #" in said[0] and "(ring) step " in said[0], said[0]
         assert "rank " in said[0].split("step ")[1] and f"after at most {timeout_s:g} s" in said[0], said[0]
         assert "Traceback" not in log, log[-2000:]
+        # Every survivor names the node whose link went down, whichever peer it waited for
+        # (heartbeats in the store: lptrain.comm.liveness), not only the rank after it.
+        assert "rank 2 stopped answering (last heartbeat" in said[0], said[0]
     node3 = (tmp_path / "logs" / "node3.log").read_text()
     assert "receiving from rank 2" in node3, "the rank after the dead node names it"
 

@@ -38,8 +38,8 @@ from lptrain.cluster.netns import (
     stale_prefixes,
 )
 from lptrain.cluster.plan import LAYOUTS, ClusterSpec, ClusterSpecError, build_plan, parse_rate
+from lptrain.exits import EXIT_USAGE
 
-EXIT_USAGE = 2
 IN_USERNS = "LPTRAIN_CLUSTER_IN_USERNS"
 
 

@@ -28,11 +28,9 @@ from pathlib import Path
 from typing import TextIO
 
 from lptrain.cluster.netns import Cluster
+from lptrain.exits import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT
 
 MASTER_PORT = 29500
-EXIT_TIMEOUT = 124
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
 
 
 @dataclass(frozen=True)

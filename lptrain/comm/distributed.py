@@ -10,7 +10,10 @@ as raw bytes, so every dtype goes over any backend.
 Two safety nets, because a distributed job fails in ways a single process cannot:
 
 * a timeout on every message: a peer that died or stalls makes the others stop with
-  an error naming the operation, the step and the peer, instead of hanging;
+  an error naming the operation, the step and the peer, instead of hanging; and since a
+  rank's socket only knows the peer it talked to, every rank keeps a heartbeat in the
+  group's store (``lptrain.comm.liveness``), so that each survivor names the rank that
+  stopped answering, whichever peer it was waiting for;
 * a desync check: before each collective the ranks compare a fingerprint (sequence
   number, operation, shape, dtype, algorithm, root) with one small allreduce of its hash;
   a mismatch fails on every rank and shows every rank's side, instead of producing
@@ -25,6 +28,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import math
+import re
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lptrain.comm import liveness
 from lptrain.comm.communicator import HALF_DTYPES, REDUCE_OPS, SUPPORTED_DTYPES, backend_dtypes, check_dtype
 from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_batched_steps, run_program
 from lptrain.comm.errors import CollectiveInputError
@@ -88,6 +93,23 @@ def segment_bytes(fixed: int | None, nbytes: int, world_size: int, link: LinkCos
 
 class CollectiveError(RuntimeError):
     """A distributed collective failed: a peer died, stalled past the timeout, or desynced."""
+
+
+def one_line(err: BaseException, limit: int = 200) -> str:
+    """A backend's error as one short line: gloo's and NCCL's may span several, start with the
+    C++ source location and end in advice that the line before says better."""
+    text = " ".join(str(err).split())
+    text = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\] ?", "", text)
+    text = text.split(" This is typically caused by")[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def peer_failure(what: str, err: BaseException) -> CollectiveError:
+    """The error to raise when ``what`` (\"rank 0: allreduce #3 (lp) ...\") failed with ``err``:
+    one line that names the rank that stopped answering, when the heartbeats tell."""
+    silent = liveness.diagnose(reason=what)
+    cause = f"{silent} ({one_line(err)})" if silent else f"a peer is probably gone: {one_line(err)}"
+    return CollectiveError(f"{what}: {cause}")
 
 
 class DesyncError(CollectiveError):
@@ -158,6 +180,8 @@ class DistributedCommunicator:
         # messages go as one batch there (run_batched_steps); gloo gets the dataflow
         self.batched_steps = self.backend == "nccl"
         self._seq = 0
+        if self.world_size > 1:
+            liveness.start()  # every process's heartbeat, for naming a peer that stops answering
         self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
 
     @property
@@ -235,9 +259,8 @@ class DistributedCommunicator:
         try:
             dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=self.group)
         except Exception as err:  # a dead peer shows up here first
-            raise CollectiveError(
-                f"rank {self.rank}: the desync check before {mine['op']} #{mine['seq']} failed, a peer is "
-                f"probably gone: {err}"
+            raise peer_failure(
+                f"rank {self.rank}: the desync check before {mine['op']} #{mine['seq']} ({self.name}) failed", err
             ) from err
         if probe.tolist() == [digest, -digest]:
             return
@@ -284,9 +307,10 @@ class DistributedCommunicator:
         try:
             work.wait() if timeout is None else work.wait(timeout)
         except Exception as err:
-            raise CollectiveError(
+            raise peer_failure(
                 f"rank {self.rank}: {fingerprint['op']} #{fingerprint['seq']} ({self.name}) {what} failed after at "
-                f"most {self.timeout.total_seconds():g} s: {err}"
+                f"most {self.timeout.total_seconds():g} s",
+                err,
             ) from err
 
     def _program(self, schedule: Schedule, itemsize: int) -> tuple[Action, ...]:

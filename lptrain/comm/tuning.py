@@ -82,6 +82,18 @@ class TuningTable:
                 raise CollectiveInputError(f"{where} has no {key!r}")
         if data["executor"] not in EXECUTORS:
             raise CollectiveInputError(f"{where}: executor {data['executor']!r} is not one of {', '.join(EXECUTORS)}")
+        world = data["world_size"]
+        if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+            raise CollectiveInputError(f"{where}: world_size={world!r} is not valid; use a whole number of ranks >= 1")
+        if not isinstance(data["rows"], list):
+            raise CollectiveInputError(
+                f"{where}: rows must be a list of measurements, got {type(data['rows']).__name__}"
+            )
+        if not data["rows"]:
+            raise CollectiveInputError(
+                f"{where} has no rows: nothing was measured; write it again with lptrain-bench --save-tuning FILE "
+                "or leave comm.options.tuning null to let the simulator choose"
+            )
         rows = []
         for i, row in enumerate(data["rows"]):
             try:
@@ -96,7 +108,7 @@ class TuningTable:
                 {"op": op, "bytes": nbytes, "algo": algo, "options": dict(row.get("options") or {}), "time_us": time_us}
             )
         meta = {k: v for k, v in data.items() if k not in ("rows",)}
-        return cls(data["executor"], data["device_type"], int(data["world_size"]), data["dtype"], rows, meta, path)
+        return cls(data["executor"], data["device_type"], world, data["dtype"], rows, meta, path)
 
     def to_dict(self) -> dict[str, Any]:
         head = {

@@ -11,9 +11,16 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+
+from lptrain.comm import liveness
+from lptrain.comm.distributed import peer_failure
+
+T = TypeVar("T")
 
 
 def launched_by_torchrun() -> bool:
@@ -64,16 +71,25 @@ def _carrier(device: torch.device) -> torch.device:
     return device if dist.get_backend() == "nccl" else torch.device("cpu")
 
 
-def sum_across(values: list[float], device: torch.device) -> list[float]:
+def across(what: str, call: Callable[[], T]) -> T:
+    """Run one of the trainer's own collectives; a failure becomes a ``CollectiveError`` whose
+    one line names the operation and, when the heartbeats tell, the rank that stopped."""
+    try:
+        return call()
+    except Exception as err:
+        raise peer_failure(f"rank {dist.get_rank()}: {what} failed", err) from err
+
+
+def sum_across(values: list[float], device: torch.device, what: str = "the sum across processes") -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=_carrier(device))
-    dist.all_reduce(t)
+    across(what, lambda: dist.all_reduce(t))
     return t.tolist()
 
 
-def any_across(flag: bool, device: torch.device) -> bool:
+def any_across(flag: bool, device: torch.device, what: str = "the flag shared across processes") -> bool:
     """True on every rank when it is true on any (so that all stop at the same step)."""
     t = torch.tensor([1.0 if flag else 0.0], device=_carrier(device))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    across(what, lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX))
     return bool(t.item())
 
 
@@ -81,7 +97,7 @@ def same_everywhere(tensor: torch.Tensor) -> bool:
     """Whether every rank holds these exact bytes."""
     digest = hashlib.sha1(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
     everyone: list = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, digest)
+    across("the comparison of the replicas' weights", lambda: dist.all_gather_object(everyone, digest))
     return all(d == digest for d in everyone)
 
 
@@ -91,5 +107,6 @@ def finish() -> None:
     group is freed here and not at interpreter exit, where gloo aborts some of the time
     ("terminate called without an active exception")."""
     if dist.is_initialized():
-        dist.barrier()
+        across("the barrier before leaving the process group", dist.barrier)
+        liveness.stop()  # no heartbeat thread outlives the group
         dist.destroy_process_group()

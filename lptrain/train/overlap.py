@@ -14,6 +14,12 @@ backward continues. On CUDA the thread waits for an event recorded where the las
 gradient of the bucket was queued and runs the collective on a communication stream of
 each device. Parameters that got no gradient (unused branches) cannot hold a bucket back:
 when backward has finished everywhere, the remaining buckets go as they are.
+
+When the step fails instead (an exception in forward or backward, a second Ctrl-C),
+``abort()`` tells the communication thread to issue no further collective and end: a
+thread left waiting for a ``backward_done()`` that never comes kept the interpreter from
+exiting. The thread is also a daemon, so that even a collective stuck on a dead peer
+cannot hold the process past its exit.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import torch
 from torch import nn
@@ -44,6 +50,10 @@ def default_bucket_mb(bucket_mb: float | None, device_type: str) -> float | None
     if bucket_mb is None and device_type == "cuda":
         return GPU_BUCKET_MB
     return bucket_mb
+
+
+class StepAborted(RuntimeError):
+    """The step was abandoned (``abort()``) before all of its collectives ran."""
 
 
 def gradient_buckets(sizes: Sequence[int], bucket_elems: int | None) -> list[Bucket]:
@@ -81,7 +91,8 @@ class OverlappedReduction:
     ) -> None:
         self.devices, self.buckets, self.reduce_bucket = list(devices), list(buckets), reduce_bucket
         self._cond = threading.Condition()
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="lptrain-comm")
+        self._thread: threading.Thread | None = None
+        self._aborted = False
         self._cuda = devices[0].type == "cuda"
         # one per GPU for the process (trainers of one process do not step at the same time)
         self._streams = [stream_for(("overlap",), d) for d in dict.fromkeys(devices)] if self._cuda else []
@@ -130,8 +141,28 @@ class OverlappedReduction:
         """Arm the countdowns and start the communication thread (before any backward)."""
         self._pending = list(self._per_bucket)
         self._events = [None] * len(self.buckets)
-        self._finished = False
-        self._future = self._thread.submit(self._run)
+        self._finished = self._aborted = False
+        future: Future = Future()
+        self._future = future
+        # A thread per step (some 100 us beside steps of milliseconds): none outlives its step.
+        self._thread = threading.Thread(target=self._serve, args=(future,), name="lptrain-comm", daemon=True)
+        self._thread.start()
+
+    def _serve(self, future: Future) -> None:
+        try:
+            future.set_result(self._run())
+        except BaseException as err:  # handed to wait(), which raises it in the training thread
+            future.set_exception(err)
+
+    def abort(self, timeout_s: float | None = None) -> None:
+        """The step failed: start no further collective, and let the thread end (waiting for
+        it at most ``timeout_s``; a collective already running finishes or times out)."""
+        with self._cond:
+            self._aborted = True
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     def backward_done(self) -> None:
         """Every replica's backward has returned: buckets still waiting go as they are."""
@@ -151,7 +182,9 @@ class OverlappedReduction:
         comm_s = 0.0
         for k in range(len(self.buckets)):
             with self._cond:
-                self._cond.wait_for(lambda k=k: self._pending[k] == 0 or self._finished)
+                self._cond.wait_for(lambda k=k: self._pending[k] == 0 or self._finished or self._aborted)
+                if self._aborted:
+                    raise StepAborted(f"the step failed before bucket {k}'s collective")
                 events = self._events[k]
             comm_s += self._collective(k, events)
         return comm_s * 1e3
@@ -183,4 +216,4 @@ class OverlappedReduction:
     def close(self) -> None:
         for h in self._handles:
             h.remove()
-        self._thread.shutdown(wait=True)
+        self.abort()

@@ -45,7 +45,13 @@ from lptrain.data import (
 from lptrain.models import SPECS, build_model, classification_loss
 from lptrain.settings.checks import SYNC_MODES, check_config
 from lptrain.settings.errors import ConfigError
-from lptrain.train.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from lptrain.train.checkpoint import (
+    CheckpointError,
+    CheckpointWriteError,
+    load_checkpoint,
+    remove_stale_temporaries,
+    save_checkpoint,
+)
 from lptrain.train.devices import resolve_devices
 from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
@@ -59,6 +65,11 @@ from lptrain.train.stepstats import interval_mean, mean_std, timed
 from lptrain.train.timing import PhaseTimer
 
 __all__ = ["SYNC_MODES", "ConfigError", "Summary", "Trainer"]
+
+# After a failed step, how long to let a collective already running on the communication
+# thread finish (in one process, moments; across processes it may wait on a peer that is
+# gone, and the thread is a daemon: it cannot hold the process at exit).
+OVERLAP_ABORT_WAIT_S = 10.0
 
 
 @dataclass
@@ -190,6 +201,7 @@ class Trainer:
         if t.get("resume"):
             self._restore(load_checkpoint(t.resume))
         self._stop_requested, self._stop_signal = False, 0
+        self._saved_step: int | None = None  # the step of the last checkpoint this session wrote
 
     # -- set-up helpers -------------------------------------------------------------------
     @property
@@ -305,15 +317,20 @@ class Trainer:
         reps.zero_grad()
         if self.overlap is not None:  # ... the buckets' collectives starting as their gradients are ready
             self.overlap.begin()
-        results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
-        timer.stop("compute")
-        timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
-        if self.overlap is not None:
-            self.overlap.backward_done()
-            grads_ms = self.overlap.wait()
-        else:
-            for k in range(len(self.buckets)):
-                self._reduce_bucket(k)
+        try:
+            results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
+            timer.stop("compute")
+            timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
+            if self.overlap is not None:
+                self.overlap.backward_done()
+                grads_ms = self.overlap.wait()
+            else:
+                for k in range(len(self.buckets)):
+                    self._reduce_bucket(k)
+        except BaseException:  # an error in forward or backward, a second Ctrl-C: no thread left waiting
+            if self.overlap is not None:
+                self.overlap.abort(timeout_s=OVERLAP_ABORT_WAIT_S)
+            raise
         timer.stop("comm")
         timer.start("update")  # 4. update: everywhere, or on the root ...
         overflow = self._unscale_gradients()
@@ -334,7 +351,7 @@ class Trainer:
         loss = sum(float(r[0]) for r in results) / p
         correct = sum(int(r[1]) for r in results)
         if self.nprocs > 1:
-            loss, correct = sum_across([loss, correct], self.devices[0])
+            loss, correct = sum_across([loss, correct], self.devices[0], f"the loss sum of step {step + 1}")
             loss /= self.nprocs
         other_ms = ms["comm_params"] + ms["comm_buffers"]  # not overlapped
         comm_ms = (grads_ms if self.overlap is not None else ms["comm"]) + other_ms
@@ -367,7 +384,7 @@ class Trainer:
         overflow = self.scaler.found_overflow(self.replicas.grads[0])
         if self.nprocs > 1:  # in reduce mode only rank 0 holds the sum: its answer counts
             counts = self.cfg.trainer.sync == "allreduce" or self.rank == 0
-            overflow = any_across(overflow and counts, self.devices[0])
+            overflow = any_across(overflow and counts, self.devices[0], "the fp16 overflow check")
         if not overflow:
             grads = self.replicas.grads
             self.scaler.unscale(grads if self.cfg.trainer.sync == "allreduce" else grads[:1])
@@ -466,11 +483,24 @@ class Trainer:
             "rng_cpu": torch.get_rng_state(),
             "config": OmegaConf.to_container(self.cfg, resolve=True),
         }
-        save_checkpoint(self.checkpoint_path, state)
+        try:
+            save_checkpoint(self.checkpoint_path, state)
+        except CheckpointWriteError as err:
+            raise CheckpointWriteError(f"{err}; {self._last_good()}") from err
+        self._saved_step = next_step
         if self.cfg.trainer.get("keep_checkpoints"):
             kept = self.checkpoint_path.with_name(f"step_{next_step:08d}.pt")
             shutil.copyfile(self.checkpoint_path, kept)
         return self.checkpoint_path
+
+    def _last_good(self) -> str:
+        """Where the run can continue from after a failed save, as the user would type it."""
+        if self._saved_step is not None and self.checkpoint_path.is_file():
+            path = self.checkpoint_path
+            return f"the last good checkpoint is {path} (step {self._saved_step}): resume with trainer.resume={path}"
+        if self.cfg.trainer.get("resume"):
+            return f"nothing newer was saved: resume with trainer.resume={self.cfg.trainer.resume} again"
+        return "no checkpoint of this run was saved"
 
     def _restore(self, state: dict[str, Any]) -> None:
         reps = self.replicas
@@ -508,6 +538,8 @@ class Trainer:
             initial=self.start_step,
         )
         timer = PhaseTimer(self.devices)
+        if self.is_main:
+            remove_stale_temporaries(self.checkpoint_path)  # what a save killed mid-write left here
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
         _announce(progress, log, "comm/auto", "comm auto: ", self._auto_choices())
@@ -541,7 +573,9 @@ class Trainer:
                 done = step + 1
                 log.step(done, last, last["warmup"])
                 if self.nprocs > 1:  # every process stops at the same step
-                    self._stop_requested = any_across(self._stop_requested, self.devices[0])
+                    self._stop_requested = any_across(
+                        self._stop_requested, self.devices[0], f"the stop check after step {done}"
+                    )
                 logged = None
                 if done % int(t.log_every) == 0 or done == self.stop_at or self._stop_requested:
                     logged = interval_mean(interval)
