@@ -80,6 +80,7 @@ def auto_on_cluster(nodes: int, link: str, work: Path) -> dict:
     runs: a second process group in the same torchrun workers would meet the first one's
     rendezvous keys in the store.)"""
     tuning, out = work / "tuning.json", work / "auto.json"
+    load = os.getloadavg()[0]
     bench = [sys.executable, "-m", "lptrain.bench", "-b", "256K", "-e", "16M", "-f", "4", "--op", "allreduce",
              "-n", "1", "--trials", "3", "--quiet"]  # fmt: skip
     tune = [
@@ -94,7 +95,7 @@ def auto_on_cluster(nodes: int, link: str, work: Path) -> dict:
     _run(_cluster(nodes, link, work / "logs-tune", tune, 3600), "comm=auto's tuning on the cluster")
     timed = [*bench, "--algo", "auto,lp,lp-rb,mst,be,ring", "--tuning", str(tuning), "--json", str(out)]
     _run(_cluster(nodes, link, work / "logs-auto", timed, 3600), "comm=auto timed on the cluster")
-    return {"nodes": nodes, "tuning": json.loads(tuning.read_text()), "rows": json.loads(out.read_text())}
+    return {"nodes": nodes, "tuning": json.loads(tuning.read_text()), "rows": json.loads(out.read_text()), "load": load}
 
 
 @dataclass(frozen=True)
@@ -284,8 +285,11 @@ def prediction_table(data: dict) -> tuple[list[str], dict]:
         lines.append(f"| {_size_label(r['size'])} | {r['op']} | {r['nodes']} | {r['algo']} | {r['time_us'] / 1e6:.3f} "
                      f"| {r['predicted_s']:.3f} | {r['error']:+.0%} |")  # fmt: skip
     held_out = [abs(r["error"]) for r in rows if r["nodes"] != 2]
+    by_p = {p: [abs(r["error"]) for r in rows if r["nodes"] == p] for p in sorted({r["nodes"] for r in rows}) if p != 2}
     summary = {"bandwidth": bandwidth, "overhead": overhead, "median": statistics.median(held_out),
                "max": max(held_out), "count": len(held_out),
+               "by_p": {p: (statistics.median(e), max(e)) for p, e in by_p.items()},
+               "slower": sum(r["error"] < 0 for r in rows if r["nodes"] != 2),
                "worst": max((r for r in rows if r["nodes"] != 2), key=lambda r: abs(r["error"]))}  # fmt: skip
     return lines, summary
 
