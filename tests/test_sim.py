@@ -105,7 +105,8 @@ def test_simulates_1024_devices():
 
 
 def test_bad_topology_arguments():
-    with pytest.raises(ValueError, match="valid topologies: private, oneport, pcie, pcie2s, nvlink, nodes, host"):
+    valid = "valid topologies: private, oneport, pcie, pcie2s, nvlink, nodes, racks, host"
+    with pytest.raises(ValueError, match=valid):
         build_topology("torus", 4)
     with pytest.raises(ValueError, match="P=4 but topology pcie has 8"):
         simulate(ring.allreduce(4, 100), build_topology("pcie", 8))
