@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.algorithms import be, issue_orders, lp, mst, ring
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator, schedule_builders
 from lptrain.comm.cuda_graph import check_cuda_graph
 from lptrain.comm.devices import parse_devices
@@ -265,7 +265,7 @@ def _distributed(name: str, group, options: dict[str, Any]):
         )
     else:
         builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
-    order = {"lp": lp, "mst": mst, "be": be, "ring": ring}[name].ISSUE_ORDER if builders else {}
+    order = issue_orders(name) if builders else {}
     return DistributedCommunicator(name, group, builders, **common, link=link, issue_order=order)
 
 
