@@ -247,3 +247,30 @@ def test_help_lists_every_group_and_option_quickly(tmp_path):
         assert line in out
     assert not (tmp_path / "outputs").exists()
     print(f"lptrain --help took {took:.2f} s")  # a figure to look at, not a test of speed
+
+
+# -- --cfg: the printed configuration is the one that would run, checked the same way --------------------
+
+CFG_BAD = [
+    (["comm=foo", "--cfg", "job"], "comm=foo is not valid; valid choices: auto, be, lp, mst, nccl, ring"),
+    (["optim.lr=-0.1", "--cfg", "job"], "optim.lr=-0.1 is not valid; use a positive learning rate"),
+    (["-c", "job", "+trainer.stepz=3"], "trainer.stepz is not an option"),
+    (["-m", "comm=lp,mst", "--cfg", "job"], "--cfg prints one job's configuration; drop -m"),
+]
+
+
+@pytest.mark.parametrize("args, message", CFG_BAD, ids=[" ".join(a) for a, _ in CFG_BAD])
+def test_cfg_checks_the_overrides_and_says_what_is_wrong_in_one_line(tmp_path, args, message):
+    result = cli(*args, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lptrain: error: "), result.stderr
+    assert message in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cfg_job_prints_the_checked_configuration_and_creates_nothing(tmp_path):
+    result = cli("+recipe=alexnet", "comm=mst", "--cfg", "job", cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "name: mst" in result.stdout and "name: alexnet" in result.stdout
+    assert list(tmp_path.iterdir()) == []

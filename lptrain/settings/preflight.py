@@ -18,16 +18,36 @@ from lptrain.settings.errors import ConfigError
 from lptrain.settings.locations import compose_config, register_all
 
 _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
-# Hydra flags after which there is nothing for lptrain to check (Hydra answers them itself).
-PASS_THROUGH = ("--cfg", "-c", "--info", "-i", "--hydra-help", "--shell-completion", "-sc", "--resolve", "-p")
+# Hydra flags that print a configuration instead of running it, with the flags' own values:
+# lptrain checks that configuration as it would check a run, so what is printed could run.
+SHOW_FLAGS = {"--cfg": ("job", "hydra", "all"), "-c": ("job", "hydra", "all"), "--resolve": (), "--package": None, "-p": None}
+
+
+def _without_show_flags(args: Sequence[str]) -> tuple[list[str], bool]:
+    """``args`` without ``--cfg job``, ``--resolve``, ``-p PKG`` ...; and whether any was there."""
+    rest, shown, i = [], False, 0
+    while i < len(args):
+        flag = args[i]
+        if flag in SHOW_FLAGS:
+            shown, values = True, SHOW_FLAGS[flag]
+            takes_value = values is None or (i + 1 < len(args) and args[i + 1] in values)
+            i += 2 if takes_value else 1
+            continue
+        rest.append(flag)
+        i += 1
+    return rest, shown
 
 
 def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
-    """The overrides of each job the command line would run; None when Hydra should answer alone."""
+    """The overrides of each job the command line would run (or, with ``--cfg``, print); None
+    when Hydra should answer alone (``--info``, ``--hydra-help`` ...)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    args, shown = _without_show_flags(args)
     multirun = any(a in ("-m", "--multirun") for a in args)
+    if shown and multirun:
+        raise ConfigError("--cfg prints one job's configuration; drop -m (and give each option one value)")
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return None
     overrides = [a for a in args if not a.startswith("-")]
@@ -39,10 +59,12 @@ def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
 
 
 def preflight(args: Sequence[str]) -> int:
-    """Compose and check every job of ``args``; the number of jobs checked. Raises ``ConfigError``."""
+    """Compose and check every job of ``args``; how many jobs will run (0 for ``--cfg``). Raises ``ConfigError``."""
     register_all()
     try:
         jobs = job_overrides(args)
+    except ConfigError:
+        raise
     except Exception as err:  # an override Hydra cannot parse
         raise ConfigError(one_line(err)) from None
     if jobs is None:
@@ -53,7 +75,7 @@ def preflight(args: Sequence[str]) -> int:
         except Exception as err:
             raise ConfigError(one_line(err)) from None
         check_config(cfg)
-    return len(jobs)
+    return 0 if _without_show_flags(args)[1] else len(jobs)  # --cfg: checked, printed, not run
 
 
 def one_line(err: BaseException) -> str:
