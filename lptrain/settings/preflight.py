@@ -20,7 +20,9 @@ from lptrain.settings.locations import compose_config, register_all
 _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
 # Hydra flags that print a configuration instead of running it, with the flags' own values:
 # lptrain checks that configuration as it would check a run, so what is printed could run.
-SHOW_FLAGS = {"--cfg": ("job", "hydra", "all"), "-c": ("job", "hydra", "all"), "--resolve": (), "--package": None, "-p": None}
+# A tuple: the values the flag may take (none: a bare flag); None: it always takes one.
+_PARTS = ("job", "hydra", "all")
+SHOW_FLAGS = {"--cfg": _PARTS, "-c": _PARTS, "--resolve": (), "--package": None, "-p": None}
 
 
 def _without_show_flags(args: Sequence[str]) -> tuple[list[str], bool]:
