@@ -246,12 +246,15 @@ def main(argv: list[str] | None = None) -> None:
 
         print(render_help())
         return
-    from lptrain.settings.preflight import preflight
+    from lptrain.settings.preflight import preflight, print_sweep, sweep_shown
 
     try:
         jobs = preflight(args)
     except _user_errors() as err:  # ConfigError among them
         _fail(str(err))
+    if sweep_shown(args):  # -m ... --cfg job: every job checked above; Hydra would refuse
+        print_sweep(args)
+        return
     import hydra
 
     from lptrain.settings.locations import configs_dir, register_all

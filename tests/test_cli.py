@@ -255,7 +255,8 @@ CFG_BAD = [
     (["comm=foo", "--cfg", "job"], "comm=foo is not valid; valid choices: auto, be, lp, mst, nccl, ring"),
     (["optim.lr=-0.1", "--cfg", "job"], "optim.lr=-0.1 is not valid; use a positive learning rate"),
     (["-c", "job", "+trainer.stepz=3"], "trainer.stepz is not an option"),
-    (["-m", "comm=lp,mst", "--cfg", "job"], "--cfg prints one job's configuration; drop -m"),
+    (["-m", "comm=lp,mst", "--cfg", "hydra"], "-m with --cfg prints each job's configuration: use --cfg job"),
+    (["-m", "comm=lp,foo", "--cfg", "job"], "comm=foo is not valid"),
 ]
 
 
@@ -273,4 +274,18 @@ def test_cfg_job_prints_the_checked_configuration_and_creates_nothing(tmp_path):
     result = cli("+recipe=alexnet", "comm=mst", "--cfg", "job", cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "name: mst" in result.stdout and "name: alexnet" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_with_cfg_job_prints_every_job_checked_and_creates_nothing(tmp_path):
+    result = cli("-m", "comm=lp,mst", "trainer.steps=3,4", "--cfg", "job", cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    heads = [line for line in result.stdout.splitlines() if line.startswith("# job ")]
+    assert heads == [
+        "# job 0: comm=lp trainer.steps=3",
+        "# job 1: comm=lp trainer.steps=4",
+        "# job 2: comm=mst trainer.steps=3",
+        "# job 3: comm=mst trainer.steps=4",
+    ]
+    assert result.stdout.count("name: mst") == 2 and "steps: 4" in result.stdout
     assert list(tmp_path.iterdir()) == []

@@ -46,10 +46,10 @@ def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    args, shown = _without_show_flags(args)
     multirun = any(a in ("-m", "--multirun") for a in args)
-    if shown and multirun:
-        raise ConfigError("--cfg prints one job's configuration; drop -m (and give each option one value)")
+    if multirun and _without_show_flags(args)[1] and not sweep_shown(args):
+        raise ConfigError("-m with --cfg prints each job's configuration: use --cfg job (hydra and all show one job)")
+    args = _without_show_flags(args)[0]
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return None
     overrides = [a for a in args if not a.startswith("-")]
@@ -58,6 +58,24 @@ def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
     parsed = OverridesParser.create().parse_overrides(overrides)
     batches = BasicSweeper.split_arguments(parsed, None)
     return list(itertools.chain.from_iterable(batches))
+
+
+def sweep_shown(args: Sequence[str]) -> bool:
+    """Whether ``args`` asks for each job's configuration of a sweep (``-m ... --cfg job``),
+    which Hydra cannot print and lptrain does (``print_sweep``)."""
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    pairs = zip(args, [*args[1:], ""])
+    return multirun and any(flag in ("--cfg", "-c") and value == "job" for flag, value in pairs)
+
+
+def print_sweep(args: Sequence[str]) -> None:
+    """Each job's composed and checked configuration, under a line naming its overrides."""
+    from omegaconf import OmegaConf
+
+    jobs = job_overrides([a for a in args if a not in ("-m", "--multirun")] + ["-m"]) or []
+    for number, overrides in enumerate(jobs):
+        print(f"# job {number}: {' '.join(overrides)}")
+        print(OmegaConf.to_yaml(compose_config(overrides)))
 
 
 def preflight(args: Sequence[str]) -> int:
