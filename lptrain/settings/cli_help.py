@@ -25,7 +25,8 @@ by the chosen collective algorithm every step. Options are Hydra overrides:
 
 A run writes into hydra.run.dir (default outputs/DATE/TIME) and never into a folder that
 holds another run: there, only trainer.resume=THAT_FOLDER continues it. Exit codes: 0 done,
-2 bad configuration or input (nothing written), 130 interrupted (checkpoint saved).
+1 a bug, 2 bad configuration or input (nothing written), 3 a peer failed (torchrun), 4 the
+run's files could not be written, 130/143 Ctrl-C/SIGTERM (checkpoint saved).
 """
 
 
