@@ -244,7 +244,10 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in ("-h", "--help") for a in args):
         from lptrain.settings.cli_help import render_help
 
-        print(render_help())
+        try:
+            print(render_help(), flush=True)
+        except BrokenPipeError:  # `lptrain --help | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     from lptrain.settings.preflight import preflight, print_sweep, sweep_shown
 

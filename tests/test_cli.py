@@ -289,3 +289,10 @@ def test_a_sweep_with_cfg_job_prints_every_job_checked_and_creates_nothing(tmp_p
     ]
     assert result.stdout.count("name: mst") == 2 and "steps: 4" in result.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_help_into_a_pager_that_quits_early_is_not_a_traceback(tmp_path):
+    result = subprocess.run(
+        f"{sys.executable} -m lptrain --help | head -1", shell=True, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.stdout.startswith("usage: lptrain") and "Traceback" not in result.stderr, result.stderr
