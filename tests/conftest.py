@@ -6,20 +6,19 @@ import pytest
 import torch
 
 from lptrain.comm import build_communicator
+from lptrain.comm.algorithms import SCHEDULES
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INT_DTYPES = (torch.int32, torch.int64)
 DTYPES = FLOAT_DTYPES + INT_DTYPES
 
-# Every schedule-driven configuration the tests cover: (name, options).
+# Every schedule-driven configuration the tests cover: (name, options). Every algorithm of
+# lptrain.comm.algorithms.MODULES with its defaults, and LP's options besides.
 ALGORITHMS = {
-    "lp": ("lp", {}),
+    **{name: (name, {}) for name in SCHEDULES},
     "lp-small-blocks": ("lp", {"block_size": 12}),  # many blocks, short last block
     "lp-rb": ("lp", {"allreduce": "reduce_broadcast", "block_size": 20}),
     "lp-reversed-chain": ("lp", {"block_size": 16}),  # order filled in per P by make_comm
-    "mst": ("mst", {}),
-    "be": ("be", {}),
-    "ring": ("ring", {}),
 }
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")

@@ -6,6 +6,8 @@ import pytest
 import torch
 from conftest import ALGORITHMS, DTYPES, assert_close_to_sum, make_comm, make_inputs, reference_sum
 
+from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS
+
 LARGE_PRIME = 3_000_017  # a few million elements, divisible by nothing
 
 
@@ -64,7 +66,7 @@ def test_broadcast_every_root(key, p):
                     assert torch.equal(_bits(t), _bits(inputs[root])), f"{key} P={p} root={root}: rank {r} differs"
 
 
-@pytest.mark.parametrize("key", ["lp", "lp-rb", "mst", "be", "ring"])
+@pytest.mark.parametrize("key", WITH_VARIANTS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 def test_a_few_million_elements(key, dtype):
     p = 5
@@ -90,7 +92,7 @@ def test_multidimensional_tensors_are_reduced_elementwise():
     assert torch.allclose(tensors[2], sum(inputs), atol=1e-5)
 
 
-@pytest.mark.parametrize("key", ["lp", "mst", "be", "ring"])
+@pytest.mark.parametrize("key", SCHEDULES)
 def test_avg_divides_by_world_size(key):
     inputs = make_inputs(6, 101, torch.float64)
     tensors = [t.clone() for t in inputs]

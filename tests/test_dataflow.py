@@ -16,7 +16,7 @@ from collections import defaultdict, deque
 import pytest
 import torch
 
-from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.algorithms import MODULES, SCHEDULES, WITH_VARIANTS, be, lp, mst, ring
 from lptrain.comm.dataflow import Profile, StagingPool, rank_program, run_program
 from lptrain.comm.schedule import Kind, Schedule
 
@@ -142,13 +142,11 @@ def build(algo: str, op: str, p: int, count: int, root: int) -> Schedule:
         return lp.allreduce(p, count, block=5) if op == "allreduce" else getattr(lp, op)(p, count, root, block=5)
     if algo == "lp-rb":
         return lp.allreduce(p, count, block=5, mode="reduce_broadcast")
-    module = {"mst": mst, "be": be, "ring": ring}[algo]
+    module = MODULES[algo]
     return module.allreduce(p, count) if op == "allreduce" else getattr(module, op)(p, count, root)
 
 
-CASES = [(a, "allreduce") for a in ("lp", "lp-rb", "mst", "be", "ring")] + [
-    (a, op) for a in ("lp", "mst", "be", "ring") for op in ("broadcast", "reduce")
-]
+CASES = [(a, "allreduce") for a in WITH_VARIANTS] + [(a, op) for a in SCHEDULES for op in ("broadcast", "reduce")]
 
 
 @pytest.mark.parametrize("lazy", [False, True], ids=["eager", "lazy"])

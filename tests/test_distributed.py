@@ -13,7 +13,9 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).parent))
 import distributed_workers as workers  # noqa: E402
 
-ALGOS = ["lp", "mst", "be", "ring", "nccl"]  # nccl here: the backend's own collective
+from lptrain.comm.algorithms import SCHEDULES  # noqa: E402
+
+ALGOS = [*SCHEDULES, "nccl"]  # nccl here: the backend's own collective
 
 
 @pytest.mark.parametrize("world, counts", [(2, [0, 1, 7, 101]), (3, [0, 1, 7, 101]), (5, [1, 13]), (8, [1, 13])])

@@ -6,17 +6,17 @@ import math
 
 import pytest
 
-from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.algorithms import MODULES, be, lp, mst, ring
 from lptrain.comm.schedule import Kind, Schedule, Transfer
 from lptrain.comm.verify import ScheduleError, verify
 
+# Every module in MODULES with its default options (an algorithm added there is verified
+# here), and LP with small blocks and in both allreduce modes.
 BUILDERS = {
+    **{name: (module, {}) for name, module in MODULES.items()},
     "lp": (lp, {"block": 3}),
     "lp-one-element-blocks": (lp, {"block": 1}),
     "lp-rb": (lp, {"block": 4, "mode": "reduce_broadcast"}),
-    "mst": (mst, {}),
-    "be": (be, {}),
-    "ring": (ring, {}),
 }
 
 

@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 
 from lptrain.cluster.plan import parse_rate
+from lptrain.comm.algorithms import SCHEDULES
 from lptrain.comm.sizes import parse_size
 
 OPS = ("broadcast", "reduce", "allreduce")
-SCHEDULE_ALGOS = ("lp", "mst", "be", "ring")
+SCHEDULE_ALGOS = SCHEDULES
 BENCH_ALGOS = (*SCHEDULE_ALGOS, "nccl")  # nccl is the backend's own collective (gloo here)
 TABLE_ALGOS = (*SCHEDULE_ALGOS, "gloo")  # as the benchmark's rows name them
 

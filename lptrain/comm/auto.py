@@ -16,11 +16,12 @@ from typing import Any
 
 import torch
 
+from lptrain.comm.algorithms import SCHEDULES, VARIANTS, WITH_VARIANTS
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.sizes import format_size
 from lptrain.comm.tuning import Choice, TuningTable
 
-SIMULATED = ("lp", "lp-rb", "mst", "be", "ring")
+SIMULATED = WITH_VARIANTS
 
 
 def simulated_choice(op: str, nbytes: int, world_size: int, topology: str) -> Choice:
@@ -29,13 +30,13 @@ def simulated_choice(op: str, nbytes: int, world_size: int, topology: str) -> Ch
     from lptrain.sim.topology import build_topology
 
     topo = build_topology(topology, world_size)
-    algos = SIMULATED if op == "allreduce" else ("lp", "mst", "be", "ring")
+    algos = SIMULATED if op == "allreduce" else SCHEDULES
     times = {a: predict(a, op, topo, max(nbytes, 4)).seconds * 1e6 for a in algos}
     ranked = sorted(times.items(), key=lambda kv: kv[1])
     best = ranked[0][0]
     detail = f"{format_size(nbytes)} {op} on the {topology} model: " + ", ".join(f"{a} {t:.0f} us" for a, t in ranked)
-    options = {"allreduce": "reduce_broadcast"} if best == "lp-rb" else {}
-    return Choice(best.split("-")[0], options, "simulated", detail)
+    base, options = VARIANTS.get(best, (best, {}))
+    return Choice(base, dict(options), "simulated", detail)
 
 
 class AutoCommunicator:

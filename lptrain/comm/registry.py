@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from lptrain.comm.algorithms import be, issue_orders, lp, mst, ring
+from lptrain.comm.algorithms import MODULES, SCHEDULES, issue_orders, lp
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator, schedule_builders
 from lptrain.comm.cuda_graph import check_cuda_graph
 from lptrain.comm.devices import parse_devices
@@ -149,10 +149,7 @@ def _auto(devices, *, accumulate_fp32=True, tuning=None, topology=None):
 
 
 FACTORIES: dict[str, Callable[..., Communicator]] = {
-    "lp": _lp,
-    "mst": _fixed(mst),
-    "be": _fixed(be),
-    "ring": _fixed(ring),
+    **{name: _lp if name == "lp" else _fixed(module) for name, module in MODULES.items()},
     "nccl": _nccl,
     "auto": _auto,
 }
@@ -204,7 +201,7 @@ def _distributed(name: str, group, options: dict[str, Any]):
 
     from lptrain.comm.distributed import DistributedCommunicator, parse_segment_size, segment_bytes
 
-    schedule = name in ("lp", "mst", "be", "ring")
+    schedule = name in SCHEDULES
     in_process_only = ("reduce_kernel", "cuda_graph")
     own = (
         [o for o in options_of(name) if o not in ("accumulate_fp32", *in_process_only)]
@@ -264,7 +261,7 @@ def _distributed(name: str, group, options: dict[str, Any]):
             world, on_cpu, **options, link=link, min_block=lambda nbytes: segment_bytes(fixed, nbytes, world, link)
         )
     else:
-        builders = schedule_builders({"mst": mst, "be": be, "ring": ring}[name])
+        builders = schedule_builders(MODULES[name])
     order = issue_orders(name) if builders else {}
     return DistributedCommunicator(name, group, builders, **common, link=link, issue_order=order)
 

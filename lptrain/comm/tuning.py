@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lptrain.comm.algorithms import SCHEDULES
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.sizes import format_size
 
 FORMAT = 1
 EXECUTORS = ("in-process", "distributed")
-CANDIDATES = ("lp", "mst", "be", "ring", "nccl")
+CANDIDATES = (*SCHEDULES, "nccl")
 
 
 @dataclass(frozen=True)

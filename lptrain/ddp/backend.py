@@ -33,11 +33,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lptrain.comm.algorithms import SCHEDULES
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.ranges import collective_range
 from lptrain.ddp.worker import OrderedWorker, SideStreams
 
-ALGORITHMS = ("lp", "mst", "be", "ring")
+ALGORITHMS = SCHEDULES
 BACKEND = "lptrain"  # the algorithm from LPTRAIN_ALGO
 ALGO_ENV = "LPTRAIN_ALGO"
 INNER = {"cpu": "gloo", "cuda": "nccl"}

@@ -23,12 +23,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lptrain.comm.algorithms import SCHEDULES
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.ranges import collective_range
 from lptrain.ddp.worker import OrderedWorker, SideStreams
 
 GRAD_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-HOOK_ALGORITHMS = ("lp", "mst", "be", "ring", "nccl")
+HOOK_ALGORITHMS = (*SCHEDULES, "nccl")
 
 
 class LPHookState:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.algorithms import MODULES, WITH_VARIANTS, lp
 from lptrain.comm.schedule import Schedule
 from lptrain.sim.simulator import Prediction, simulate
 from lptrain.sim.topology import Topology
 
-ALGOS = ("lp", "lp-rb", "mst", "be", "ring")
-_MODULES = {"mst": mst, "be": be, "ring": ring}
+ALGOS = WITH_VARIANTS
 
 
 def lp_block_bytes(topology: Topology, nbytes: int, op: str = "broadcast", mode: str = "overlapped") -> int:
@@ -34,7 +33,7 @@ def schedule_for(
                 world_size, count, block=block, mode="reduce_broadcast" if algo == "lp-rb" else "overlapped"
             )
         return getattr(lp, op)(world_size, count, root, block=block)
-    module = _MODULES[algo]
+    module = MODULES[algo]
     return module.allreduce(world_size, count) if op == "allreduce" else getattr(module, op)(world_size, count, root)
 
 
