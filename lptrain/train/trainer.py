@@ -248,9 +248,11 @@ class Trainer:
         local = getattr(self.comm, "local", self.comm)
         describe = getattr(local, "kernel_choices", None)
         lines = describe() if describe is not None else []
-        link = getattr(getattr(self.comm, "remote", None), "link", None)
+        remote = getattr(self.comm, "remote", None)
+        link = getattr(remote, "link", None)
         if link is not None:
-            lines.append(f"lp across processes: blocks sized for this transport as measured, {link.describe()}")
+            sized = "segments and LP's blocks" if remote.name == "lp" else "segments"
+            lines.append(f"{remote.name} across processes: {sized} sized for this transport as measured, {link.describe()}")
         return lines
 
     @staticmethod
