@@ -32,7 +32,7 @@ WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACC
 def _user_errors() -> tuple[type[BaseException], ...]:
     from lptrain.comm import BackendUnavailableError, CollectiveInputError
     from lptrain.data import DataError
-    from lptrain.settings.errors import ConfigError
+    from lptrain.errors import ConfigError
     from lptrain.settings.rundirs import FolderTaken
     from lptrain.train.checkpoint import CheckpointError
 
@@ -138,6 +138,7 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
     from dataclasses import asdict
 
     from lptrain.models import parameter_count
+    from lptrain.settings.checks import check_config
     from lptrain.settings.rundirs import FolderTaken, hold
     from lptrain.train.launch import finish
     from lptrain.train.trainer import Trainer
@@ -147,6 +148,7 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
     taken = f"; nothing was changed. Choose another hydra.run.dir, or continue that run with trainer.resume={run_dir}"
     if held and not continuing:
         raise FolderTaken(f"{run_dir} already holds a run ({', '.join(held)}){taken}")
+    check_config(cfg)  # preflight checked it, unless a Hydra flag made it stand aside
     trainer = Trainer(cfg, run_dir)  # every check that needs the data, the devices or the checkpoint
     if trainer.start_step >= trainer.stop_at:
         if trainer.is_main:

@@ -153,7 +153,7 @@ def same_config(kept: dict, now: dict, overrides: list[str]) -> bool:
     """Whether a kept run trained this configuration: equal, or equal apart from options
     added to lptrain since, which this run leaves at their defaults (those change nothing
     the kept run did; an option the run sets, or any changed value, trains anew)."""
-    from lptrain.settings.schema import flatten
+    from lptrain.train.log import flatten
 
     old, new = flatten(kept), flatten(now)
     named = {o.lstrip("+").split("=", 1)[0] for o in overrides}
@@ -168,7 +168,7 @@ def cached(spec: RunSpec, devices: int, work: Path) -> RunResult | None:
         return None
     data = json.loads(path.read_text())
     overrides = spec.hydra_overrides(devices)
-    if not same_config(data.get("config") or {}, resolved(compose_config(overrides)), overrides):
+    if not same_config(data.get("config") or {}, resolved(compose_config(overrides, check=False)), overrides):
         print(f"{spec.key}: the kept run had another configuration, training it again", flush=True)
         return None
     data["losses"] = {int(k): v for k, v in data["losses"].items()}
@@ -457,7 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     for network in networks:
         base = [f"+recipe={network}"] if network in NETWORKS else [f"model={network}"]
-        long_steps = steps_for(args.long_steps, network) or int(compose_config(base + overrides).trainer.steps)
+        long_steps = steps_for(args.long_steps, network) or int(
+            compose_config(base + overrides, check=False).trainer.steps
+        )
         short_steps = min(steps_for(args.short_steps, network) or max(2, long_steps // 3), long_steps)
         devices = count_devices(overrides, network)
         # Evaluate where the short runs stop too, so lp's accuracy there can be compared.

@@ -29,9 +29,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lptrain.data import StepBatchSampler, load_data, prepare, resolve_workers, train_batches
 from lptrain.models import SPECS, build_model, classification_loss
-from lptrain.settings.checks import parse_step_range
 from lptrain.settings.locations import compose_config
-from lptrain.train.profiling import StepProfiler
+from lptrain.train.profiling import StepProfiler, parse_step_range
 from lptrain.train.schedule import learning_rate
 
 

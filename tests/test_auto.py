@@ -14,7 +14,7 @@ import torch
 from lptrain.comm import CollectiveInputError, build_communicator
 from lptrain.comm.auto import AutoCommunicator
 from lptrain.comm.tuning import TuningTable
-from lptrain.settings.errors import ConfigError
+from lptrain.errors import ConfigError
 from lptrain.settings.locations import compose_config
 
 KiB, MiB = 1024, 1024 * 1024
@@ -172,7 +172,7 @@ def test_the_config_group_and_its_checks(tuning_file):
 
 
 def test_the_bench_writes_a_tuning_file_auto_reads(tmp_path):
-    from lptrain.bench import main
+    from lptrain.bench.cli import main
 
     path = tmp_path / "measured.json"
     argv = ["--algo", "lp,ring", "--lp-block", "auto,64K", "--devices", "3", "-b", "1K", "-e", "64K", "-f", "64"]

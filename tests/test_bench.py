@@ -8,12 +8,12 @@ import re
 import pytest
 import torch
 
-from lptrain import bench, bench_common
+from lptrain.bench import cli, inprocess, variants
 
 
 def test_bench_rows_are_correct_for_every_algorithm_and_op(tmp_path, capsys):
     out = tmp_path / "rows.json"
-    code = bench.main(
+    code = cli.main(
         [
             "--op",
             "all",
@@ -54,11 +54,11 @@ def test_wrong_count_detects_a_broken_communicator():
 
     comm = build_communicator("ring", ["cpu"] * 3)
     comm.allreduce = lambda tensors: tensors[1].add_(1)  # sabotage: no sum, and rank 1 off by one
-    xs = [bench_common.pattern(r, 100, torch.float32, torch.device("cpu")) for r in range(3)]
+    xs = [variants.pattern(r, 100, torch.float32, torch.device("cpu")) for r in range(3)]
     total = xs[0] + xs[1] + xs[2]
     expected = int((xs[0] != total).sum() + (xs[1] + 1 != total).sum() + (xs[2] != total).sum())
     assert expected > 200
-    assert bench.count_wrong(comm, "allreduce", 100, torch.float32, 0) == expected
+    assert inprocess.count_wrong(comm, "allreduce", 100, torch.float32, 0) == expected
 
 
 @pytest.mark.parametrize(
@@ -76,6 +76,6 @@ def test_wrong_count_detects_a_broken_communicator():
 )
 def test_bad_arguments_give_a_clear_error(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
-        bench.main(argv)
+        cli.main(argv)
     assert exc.value.code == 2
     assert re.search(message, capsys.readouterr().err)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lptrain.comm.devices import device_list
-from lptrain.settings.errors import ConfigError
+from lptrain.errors import ConfigError
 from lptrain.train.devices import resolve_devices
 
 FAST = ["trainer.progress=false", "trainer.eval_every=0", "trainer.checkpoint_every=0"]

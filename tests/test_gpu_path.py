@@ -21,7 +21,7 @@ from lptrain.comm.communicator import NCCL_DTYPES, SUPPORTED_DTYPES, backend_dty
 from lptrain.comm.distributed import DistributedCommunicator, wait_timeout
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.executor import staged_add
-from lptrain.settings.errors import ConfigError
+from lptrain.errors import ConfigError
 from lptrain.settings.locations import compose_config
 from lptrain.train import launch
 from lptrain.train.devices import share_of_node
@@ -73,17 +73,17 @@ def test_a_torchrun_process_sets_its_gpu_before_joining_nccl_and_names_it(monkey
 
 
 def test_the_benchmark_under_torchrun_takes_the_gpu_of_its_local_rank(monkeypatch):
-    from lptrain import bench_dist
+    from lptrain.bench import distributed
 
     calls = []
     monkeypatch.setenv("LOCAL_RANK", "5")
-    monkeypatch.setattr(bench_dist.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(bench_dist.torch.cuda, "device_count", lambda: 4)
-    monkeypatch.setattr(bench_dist.torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
+    monkeypatch.setattr(distributed.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(distributed.torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
     monkeypatch.setattr(
-        bench_dist.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend, kw["device_id"]))
+        distributed.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend, kw["device_id"]))
     )
-    bench_dist.join_process_group()
+    distributed.join_process_group()
     assert calls == [("set_device", torch.device("cuda", 1)), ("init", "nccl", torch.device("cuda", 1))]
 
 

@@ -59,8 +59,35 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_benchmarks_share_one_home_and_do_not_import_each_other():
     graph = import_graph()
-    assert "lptrain.bench" not in graph["lptrain.bench_dist"]
-    assert "lptrain.bench_common" in graph["lptrain.bench_dist"] and "lptrain.bench_common" in graph["lptrain.bench"]
+    inprocess, distributed, table = "lptrain.bench.inprocess", "lptrain.bench.distributed", "lptrain.bench.table"
+    assert distributed not in graph[inprocess] and inprocess not in graph[distributed]
+    assert table in graph[inprocess] and table in graph[distributed]
+    assert {inprocess, distributed} <= graph["lptrain.bench.cli"]  # the command chooses between them
+    assert not any(m.startswith("lptrain.bench") for m in graph[table])  # the table needs neither
+
+
+LOWER = ("lptrain.comm", "lptrain.sim", "lptrain.train", "lptrain.data", "lptrain.ddp")
+UPPER = ("lptrain.bench", "lptrain.settings")
+
+
+def within(name: str, package: str) -> bool:
+    """``name`` is ``package``, a module under it, or a top-level sibling of it such as ``lptrain.bench_common``."""
+    return name == package or name.startswith((f"{package}.", f"{package}_"))
+
+
+def test_no_lower_layer_reaches_up_into_the_benchmark_or_the_settings():
+    """comm, sim, train, data and ddp are what the benchmark and the settings are built on:
+    an arrow back up would make the lower layer need the upper one to import at all."""
+    graph = import_graph()
+    assert within("lptrain.bench.table", "lptrain.bench") and not within("lptrain.benchmarks", "lptrain.bench")
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if any(within(module, low) for low in LOWER)
+        for target in targets
+        if any(within(target, high) for high in UPPER)
+    )
+    assert not upward, "imports up into bench or settings:\n" + "\n".join(upward)
 
 
 def test_the_import_graph_has_no_circle():

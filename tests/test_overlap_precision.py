@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from lptrain.settings.errors import ConfigError
+from lptrain.errors import ConfigError
 from lptrain.settings.locations import compose_config
 from lptrain.train.overlap import GPU_BUCKET_MB, OverlappedReduction, default_bucket_mb, gradient_buckets
 from lptrain.train.trainer import Trainer

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from lptrain.comm.ranges import collective_label
-from lptrain.settings.checks import parse_step_range
-from lptrain.settings.errors import ConfigError
+from lptrain.errors import ConfigError
 from lptrain.settings.locations import compose_config
+from lptrain.train.profiling import parse_step_range
 from lptrain.train.trainer import Trainer
 
 QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.checkpoint_every=0", "trainer.eval_every=0"]

@@ -1,4 +1,6 @@
-"""Human sizes such as ``"4M"`` or ``"256K"`` (powers of 1024), for options and command lines."""
+"""Human sizes such as ``"4M"`` or ``"256K"`` (powers of 1024), for options and command lines,
+and the message sizes a command steps through (``-b``, ``-e``, ``-f`` of ``lptrain-bench``
+and ``lptrain-sim``)."""
 
 from __future__ import annotations
 
@@ -43,3 +45,25 @@ def format_size(nbytes: int) -> str:
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale}{unit}"
     return f"{nbytes}B" if nbytes < 1024 else f"{nbytes / 1024:.1f}K"
+
+
+def message_sizes(begin: int, end: int, factor: int) -> list[int]:
+    """``begin``, ``begin * factor``, ... up to ``end`` bytes; a ValueError naming the option otherwise."""
+    if begin < 1:
+        raise ValueError(f"-b (min bytes) must be at least 1, got {begin}")
+    if end < begin:
+        raise ValueError(f"the size range is empty: -b {begin} is above -e {end}")
+    if factor < 2:
+        raise ValueError(f"-f (step factor) must be at least 2, got {factor}")
+    sizes, s = [], begin
+    while s <= end:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def parse_size_range(begin: int | str, end: int | str, factor: int) -> tuple[int, int]:
+    """``-b`` and ``-e`` as bytes, checked with ``-f`` as a range ``message_sizes`` can step through."""
+    begin, end = parse_size(begin, "-b"), parse_size(end, "-e")
+    message_sizes(begin, end, factor)
+    return begin, end

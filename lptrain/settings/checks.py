@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from lptrain.settings.errors import ConfigError
+from lptrain.errors import ConfigError
 from lptrain.settings.schema import GROUPS
 
-SYNC_MODES = ("allreduce", "reduce")
 DEVICE_TYPES = ("auto", "cpu", "cuda")
 # Training-set sizes known without reading the data (in-memory sets and CIFAR-10).
 KNOWN_TRAIN_SIZES = {"mnist": 4500, "cifar10": 50000}
@@ -99,6 +97,8 @@ FLOAT_TYPES = ("fp32", "bf16", "fp16")
 
 def check_trainer(t: DictConfig, processes: int) -> int:
     """The trainer's values; returns the number of replicas in all processes."""
+    from lptrain.train.trainer import SYNC_MODES
+
     _choice("trainer.sync", t.sync, SYNC_MODES)
     _choice("trainer.precision", t.precision, FLOAT_TYPES)
     from lptrain.train.devices import resolve_devices
@@ -136,23 +136,9 @@ def check_trainer(t: DictConfig, processes: int) -> int:
     return replicas
 
 
-def parse_step_range(value: object) -> tuple[int, int] | None:
-    """``None``, ``N`` or ``A-B`` (1 <= A <= B) as (first, last); anything else a ConfigError."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
-    if match:
-        first, last = int(match[1]), int(match[2] or match[1])
-        if 1 <= first <= last:
-            return first, last
-    raise ConfigError(
-        f"trainer.profile={text} is not valid; use a step N or a range A-B of steps counted from 1 (such as 2-4), "
-        "or null"
-    )
-
-
 def check_profile(t: DictConfig) -> None:
+    from lptrain.train.profiling import parse_step_range
+
     steps = parse_step_range(t.get("profile"))
     if steps is not None and t.epochs is None and steps[1] > t.steps:
         raise _bad("trainer.profile", t.profile, f"the run has {t.steps} steps: use steps from 1 to {t.steps}")

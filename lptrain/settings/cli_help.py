@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from lptrain.settings.locations import configs_dir, recipe_names
-from lptrain.settings.schema import GROUPS, SCHEMAS, field_help, flatten
+from lptrain.settings.schema import GROUPS, SCHEMAS, field_help
+from lptrain.train.log import flatten
 
 USAGE = """\
 usage: lptrain [-m] [GROUP=CHOICE ...] [KEY=VALUE ...] [+recipe=NAME]

@@ -97,9 +97,19 @@ def hydra_context() -> Iterator[None]:
         yield
 
 
-def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The configuration ``lptrain OVERRIDES`` would run with (without Hydra's own node)."""
+def compose_config(overrides: Sequence[str] = (), check: bool = True) -> DictConfig:
+    """The configuration ``lptrain OVERRIDES`` would run with (without Hydra's own node).
+
+    Checked as the command line checks it (``lptrain.settings.checks.check_config``: a bad
+    value is a ``ConfigError`` of one line), so that what Python callers hand to
+    ``lptrain.train.trainer.Trainer`` is as sound as what the command line runs; ``check=False``
+    composes only (for a caller that checks itself, or only reads the values)."""
     from hydra import compose
 
     with hydra_context():
-        return compose("config", overrides=list(overrides))
+        cfg = compose("config", overrides=list(overrides))
+    if check:
+        from lptrain.settings.checks import check_config
+
+        check_config(cfg)
+    return cfg

@@ -13,8 +13,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 
+from lptrain.errors import ConfigError
 from lptrain.settings.checks import check_config
-from lptrain.settings.errors import ConfigError
 from lptrain.settings.locations import compose_config, register_all
 
 _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
@@ -91,7 +91,7 @@ def preflight(args: Sequence[str]) -> int:
         return 0
     for overrides in jobs:
         try:
-            cfg = compose_config(overrides)
+            cfg = compose_config(overrides, check=False)  # Hydra's words made one line; then ours
         except Exception as err:
             raise ConfigError(one_line(err)) from None
         check_config(cfg)

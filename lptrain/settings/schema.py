@@ -209,17 +209,6 @@ def register() -> None:
         store.store(group=group, name=name, node=node)
 
 
-def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested options as dotted keys: ``{"comm": {"options": {"block_size": 1}}}`` -> ``comm.options.block_size``."""
-    out: dict[str, Any] = {}
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def field_help(cls: type) -> list[tuple[str, Any, str]]:
     """(name, default, help) of each field of a schema class, nested options flattened."""
     out = []

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lptrain.bench_common import collective_call
 from lptrain.comm import build_communicator
+from lptrain.comm.measure import OPS, collective_call
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.simulator import simulate
 from lptrain.sim.topology import Topology, host
@@ -138,7 +138,7 @@ def measure(
     world_size: int,
     sizes: Sequence[int],
     algos: Sequence[str] = ("lp", "mst", "be", "ring"),
-    ops: Sequence[str] = ("allreduce", "broadcast", "reduce"),
+    ops: Sequence[str] = OPS,
     trials: int = 3,
     target_s: float = 0.05,
 ) -> list[Measurement]:

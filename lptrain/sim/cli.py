@@ -11,8 +11,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from lptrain.bench_common import bus_factor, message_sizes
-from lptrain.comm.sizes import format_size, parse_size
+from lptrain.comm.measure import OPS, bus_factor
+from lptrain.comm.sizes import format_size, message_sizes, parse_size, parse_size_range
 from lptrain.sim.calibrate import compare, fit, measure
 from lptrain.sim.predict import ALGOS, predict
 from lptrain.sim.topology import TOPOLOGIES, build_topology
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topology", default="pcie", choices=list(TOPOLOGIES))
     p.add_argument("--devices", type=int, default=8, help="P, up to thousands")
     p.add_argument("--per-switch", type=int, default=4, help="GPUs per PCIe switch (pcie, nodes)")
-    p.add_argument("--op", default="allreduce", choices=["allreduce", "broadcast", "reduce"])
+    p.add_argument("--op", default="allreduce", choices=list(OPS))
     p.add_argument("--algo", default="lp,lp-rb,mst,be,ring")
     p.add_argument("--lp-block", default="auto")
     c = sub.add_parser("calibrate", help="fit the host model to runs measured here, show predicted against measured")
@@ -102,10 +102,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.minbytes = parse_size(args.minbytes, "-b")
-        args.maxbytes = parse_size(args.maxbytes, "-e")
         if args.devices < 1:
             raise ValueError(f"--devices must be at least 1, got {args.devices}")
+        args.minbytes, args.maxbytes = parse_size_range(args.minbytes, args.maxbytes, args.stepfactor)
         return cmd_predict(args) if args.command == "predict" else cmd_calibrate(args)
     except ValueError as err:
         parser.error(str(err))

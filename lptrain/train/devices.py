@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lptrain.comm.devices import SpecSyntax, cuda_device_count, device_list, is_count
 from lptrain.comm.errors import CollectiveInputError
-from lptrain.settings.errors import ConfigError
+from lptrain.errors import ConfigError
 from lptrain.train.launch import launched_by_torchrun, local_rank, local_world_size
 
 TRAINER_SYNTAX = SpecSyntax(

@@ -103,11 +103,20 @@ class RunLog:
             self.writer.close()
 
 
+def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested options as dotted keys: ``{"comm": {"options": {"block_size": 1}}}`` -> ``comm.options.block_size``."""
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def run_hparams(cfg) -> dict[str, Any]:
     """Every option of the run, flattened (``comm.options.block_size``, ``trainer.bucket_mb``, ...)."""
     from omegaconf import OmegaConf
-
-    from lptrain.settings.schema import flatten
 
     options = flatten(OmegaConf.to_container(cfg, resolve=True))
     return {key: "null" if value is None else value for key, value in options.items()}

@@ -11,14 +11,31 @@ the run does); it opens in Perfetto (ui.perfetto.dev) or chrome://tracing.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from lptrain.settings.checks import parse_step_range
+from lptrain.errors import ConfigError
 
 __all__ = ["StepProfiler", "parse_step_range"]
+
+
+def parse_step_range(value: object) -> tuple[int, int] | None:
+    """``None``, ``N`` or ``A-B`` (1 <= A <= B) as (first, last); anything else a ConfigError."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+)(?:-(\d+))?", text)
+    if match:
+        first, last = int(match[1]), int(match[2] or match[1])
+        if 1 <= first <= last:
+            return first, last
+    raise ConfigError(
+        f"trainer.profile={text} is not valid; use a step N or a range A-B of steps counted from 1 (such as 2-4), "
+        "or null"
+    )
 
 
 class StepProfiler:

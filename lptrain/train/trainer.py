@@ -42,9 +42,8 @@ from lptrain.data import (
     resolve_workers,
     train_batches,
 )
+from lptrain.errors import ConfigError
 from lptrain.models import SPECS, build_model, classification_loss
-from lptrain.settings.checks import SYNC_MODES, check_config
-from lptrain.settings.errors import ConfigError
 from lptrain.train.checkpoint import (
     CheckpointError,
     CheckpointWriteError,
@@ -65,6 +64,9 @@ from lptrain.train.stepstats import interval_mean, mean_std, timed
 from lptrain.train.timing import PhaseTimer
 
 __all__ = ["SYNC_MODES", "ConfigError", "Summary", "Trainer"]
+
+# trainer.sync: allreduce the gradients, or reduce them to the root and broadcast the parameters
+SYNC_MODES = ("allreduce", "reduce")
 
 # After a failed step, how long to let a collective already running on the communication
 # thread finish (in one process, moments; across processes it may wait on a peer that is
@@ -139,9 +141,17 @@ def _announce(progress: Progress, log: RunLog, tag: str, prefix: str, lines: lis
 
 
 class Trainer:
+    """Train as ``cfg`` says, writing into ``run_dir``.
+
+    ``cfg`` is a checked configuration: ``lptrain.settings.locations.compose_config`` checks
+    what it composes (``lptrain.settings.checks.check_config``) and the command line checks
+    every job, so a value out of range never reaches here. A configuration built another way
+    (edited after composing, or made by hand) goes through ``check_config`` first. What only
+    the devices, the data or the checkpoint can tell is checked here, as ``ConfigError``.
+    """
+
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
-        check_config(cfg)  # what the command line checked already, for callers of the Python API
         t = cfg.trainer
         self.devices = parse_devices(resolve_devices(t.devices, t.device_type))
         timeout_s = float(t.get("comm_timeout_s", 300))

@@ -15,13 +15,17 @@ import argparse
 import importlib.util
 import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 
-from lptrain import bench_common as common
+from lptrain.bench.table import Row, print_header, print_row
+from lptrain.bench.variants import DTYPES, algo_variants, pattern
 from lptrain.comm import build_communicator
+from lptrain.comm.measure import OPS, bus_factor, collective_call
+from lptrain.comm.sizes import message_sizes
 from lptrain.train.launch import join_default_group, local_rank
 
 SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring", "auto")
@@ -81,15 +85,15 @@ def _build(algo: str, args: argparse.Namespace):
 
 def _wrong(comm, op: str, count: int, dtype: torch.dtype, root: int, device: torch.device) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine = common.pattern(rank, count, dtype, device)
+    mine = pattern(rank, count, dtype, device)
     original = mine.clone()
-    common.collective_call(comm, op, mine, root)()
+    collective_call(comm, op, mine, root)()
     if op == "broadcast":
-        expected = common.pattern(root, count, dtype, device)
+        expected = pattern(root, count, dtype, device)
     elif op == "allreduce" or rank == root:
         expected = torch.zeros_like(mine)  # small integers: their sum is exact in every dtype
         for r in range(world):
-            expected += common.pattern(r, count, dtype, device)
+            expected += pattern(r, count, dtype, device)
     else:
         expected = original
     wrong = torch.tensor([float((mine != expected).sum())], device=device)
@@ -121,7 +125,7 @@ def join_process_group() -> None:
     join_default_group(torch.device("cuda", local_rank() % gpus) if gpus else torch.device("cpu"))
 
 
-def run_distributed(args: argparse.Namespace) -> list[common.Row]:
+def run_distributed(args: argparse.Namespace) -> list[Row]:
     if launched_by_mpirun():
         _join_from_mpirun()
     if not dist.is_initialized():
@@ -129,10 +133,10 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.get_backend()
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if backend == "nccl" else torch.device("cpu")
-    dtype = common.DTYPES[args.dtype]
+    dtype = DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     wanted = [a.strip() for a in args.algo.split(",") if a.strip()]
-    args.variants = common.algo_variants([a for a in wanted if a in SCHEDULES], args)
+    args.variants = algo_variants([a for a in wanted if a in SCHEDULES], args)
     args.tuning_context = {
         "executor": "distributed",
         "device_type": "cpu" if backend == "gloo" else "cuda",
@@ -154,19 +158,19 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
             f"follow it ({', '.join(links)})"
         )
     label = {a: (backend if a == "native" else a) for a in algos}
-    ops = ["allreduce", "broadcast", "reduce"] if args.op == "all" else [args.op]
-    out = __import__("sys").stdout if rank == 0 and not args.quiet else None
-    rows: list[common.Row] = []
+    ops = list(OPS) if args.op == "all" else [args.op]
+    out = sys.stdout if rank == 0 and not args.quiet else None
+    rows: list[Row] = []
     for op in ops:
-        common.print_header(out, op, world, f"{backend} process", args.dtype, f"{backend} = the backend's own {op}")
-        for size in common.message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
+        print_header(out, op, world, f"{backend} process", args.dtype, f"{backend} = the backend's own {op}")
+        for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
             count = size // itemsize
             nbytes = count * itemsize
             tensor = torch.zeros(count, dtype=dtype, device=device)
             candidates = []
             for algo, comm in comms.items():
                 wrong = _wrong(comm, op, count, dtype, args.root, device) if args.check else None
-                fn = common.collective_call(comm, op, tensor, args.root)
+                fn = collective_call(comm, op, tensor, args.root)
                 one = max(_time(fn, 1, device) for _ in range(max(args.warmup, 1)))
                 calls = args.iters or int(min(max(args.target_time / args.trials / max(one, 1e-9), 1), 1000))
                 candidates.append([algo, comm, fn, calls, wrong, []])
@@ -184,7 +188,7 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
                     if args.variants[algo][0] == "lp" and schedule.steps:
                         block = schedule.steps[0][0].count * itemsize
                 link = getattr(comm, "link", None)
-                row = common.Row(
+                row = Row(
                     op,
                     nbytes,
                     count,
@@ -193,7 +197,7 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
                     world,
                     sec * 1e6,
                     algbw,
-                    algbw * common.bus_factor(op, world),
+                    algbw * bus_factor(op, world),
                     moved,
                     None,
                     wrong,
@@ -202,5 +206,5 @@ def run_distributed(args: argparse.Namespace) -> list[common.Row]:
                     link.alpha_s if link else None,
                     1 / link.beta_s_per_byte if link else None,
                 )
-                rows.append(common.print_row(out, row))
+                rows.append(print_row(out, row))
     return rows
