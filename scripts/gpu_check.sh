@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU path's prepared device check, in one call on a bare machine with one GPU and its
 # own python3 (torch, torchvision, pytest, pytest-timeout; no package registry). Within
-# 6 minutes: the steps' time limits add up to 345 s (the whole check took
+# 6 minutes: the steps' time limits add up to 365 s (the whole check took
 # 241 s on the H200 with every step inside its limit but the cuda tests').
 #
 # Preparation, where pip reaches a registry (the wheels go into .whl/, which git ignores):

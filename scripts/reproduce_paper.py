@@ -22,6 +22,7 @@ import argparse
 import datetime
 import math
 import platform
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -633,6 +634,14 @@ def section_measured(grid: Grid, calib: tuple) -> list[str]:
     return lines
 
 
+def marked_sections(text: str) -> list[str]:
+    """The sections other scripts keep in the document between ``<!-- NAME -->`` and
+    ``<!-- /NAME -->`` (``cluster_results.py``'s measurements on emulated links), each after
+    a blank line: this script rewrites the rest and must not drop them."""
+    pattern = re.compile(r"^<!-- ([\w:-]+) -->\n.*?^<!-- /\1 -->$", flags=re.S | re.M)
+    return ["\n" + match.group(0) for match in pattern.finditer(text)]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer points, seconds instead of minutes")
@@ -663,7 +672,9 @@ def main(argv=None) -> int:
         *section_closed_forms(forms),
         *section_measured(grid, calib),
     ]
-    (args.docs / "PAPER_RESULTS.md").write_text("\n".join(text) + "\n")
+    path = args.docs / "PAPER_RESULTS.md"
+    kept = marked_sections(path.read_text()) if path.exists() else []
+    path.write_text("\n".join([*text, *kept]) + "\n")
     print(f"wrote {args.docs / 'PAPER_RESULTS.md'} and {out}/*.png")
     return 0
 

@@ -79,3 +79,22 @@ def test_bad_arguments_give_a_clear_error(argv, message, capsys):
         cli.main(argv)
     assert exc.value.code == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_across_processes_an_unknown_algorithm_is_refused_and_gloo_names_the_backends_own():
+    from lptrain.bench import distributed
+
+    assert distributed.wanted_algorithms("lp,gloo,native,nccl,mpi") == ["lp", "gloo", "native", "nccl", "mpi"]
+    with pytest.raises(ValueError, match="unknown algorithm.*tree.*valid: .*gloo"):
+        distributed.wanted_algorithms("lp,tree")
+
+
+def test_across_processes_the_timeout_reaches_the_process_group(monkeypatch):
+    import datetime
+
+    from lptrain.bench import distributed
+
+    joined = {}
+    monkeypatch.setattr(distributed, "join_default_group", lambda device, timeout=None: joined.update(t=timeout))
+    distributed.join_process_group(timeout_s=7.5)
+    assert joined["t"] == datetime.timedelta(seconds=7.5)

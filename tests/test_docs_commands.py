@@ -40,7 +40,7 @@ RUN_SCRIPTS = ("scripts/make_imagefolder.py", "scripts/trace_figure.py")
 # What a document may name that this machine cannot have; --cfg job may refuse only for these.
 USERS_MACHINE = re.compile(r"needs CUDA|does not exist|is not a folder|no such file|has no GPU", re.IGNORECASE)
 # Set-up commands (the README's install line is what CI itself runs) and the test run itself.
-SET_UP = re.compile(r"^(python3? -m venv|\S*pip install|\S*python -m pytest|\S*pytest |cd |\. |source |export |apt-get )")
+SET_UP = re.compile(r"^(python3? -m venv|\S*pip install|\S*(python -m )?pytest |cd |\. |source |export |apt-get )")
 PLACEHOLDER = re.compile(r"\b[A-Z][A-Z0-9_]{2,}\b")  # outputs/DATE/TIME, OUT_DIR, FILE ...
 
 

@@ -170,6 +170,8 @@ def test_reproduce_paper_writes_figures_and_report(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "reproduce_paper.py"
+    kept = "<!-- cluster:paper -->\n## Measured on emulated links\n\nrows\n<!-- /cluster:paper -->"
+    (tmp_path / "PAPER_RESULTS.md").write_text(f"# old\n\nSTALE-PARAGRAPH\n\n{kept}\n")  # another script's section
     result = subprocess.run(
         [sys.executable, str(script), "--quick", "--docs", str(tmp_path)], capture_output=True, text=True, timeout=600
     )
@@ -182,5 +184,6 @@ def test_reproduce_paper_writes_figures_and_report(tmp_path):
     for machine in ("oneport", "pcie2s", "private"):
         assert f"| {machine} |" in text
     assert "Nothing in this document was measured on a GPU" in text
+    assert text.endswith(kept + "\n") and "STALE-PARAGRAPH" not in text  # rewritten, the measured section kept
     for png in ("time_vs_p", "bandwidth_vs_size", "models_vs_p", "alpha_sensitivity", "calibration"):
         assert (tmp_path / "figures" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"

@@ -12,6 +12,7 @@ The native collective appears as ``gloo`` or ``nccl``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.util
 import os
 import statistics
@@ -22,13 +23,20 @@ import torch
 import torch.distributed as dist
 
 from lptrain.bench.table import Row, print_header, print_row
-from lptrain.bench.variants import DTYPES, algo_variants, pattern
-from lptrain.comm import build_communicator
+from lptrain.bench.variants import DTYPES, algo_variants, parse_algos, pattern
+from lptrain.comm import NAMES, build_communicator
+from lptrain.comm.algorithms import WITH_VARIANTS
 from lptrain.comm.measure import OPS, bus_factor, collective_call
 from lptrain.comm.sizes import message_sizes
 from lptrain.train.launch import join_default_group, local_rank
 
-SCHEDULES = ("lp", "lp-rb", "mst", "be", "ring", "auto")
+SCHEDULES = (*WITH_VARIANTS, "auto")  # what runs as lptrain's schedules across processes
+BACKENDS_OWN = ("native", "gloo", "nccl")  # each names the backend's own collective (one row)
+
+
+def wanted_algorithms(text: str) -> list[str]:
+    """``--algo`` across processes: lptrain's names, and the backend's own by any of its names."""
+    return parse_algos(text, extra=tuple(a for a in BACKENDS_OWN if a not in NAMES))
 
 
 def launched_by_mpirun() -> bool:
@@ -119,23 +127,26 @@ def _time(fn, calls: int, device: torch.device) -> float:
     return _slowest((time.perf_counter() - t0) / calls, device)
 
 
-def join_process_group() -> None:
-    """NCCL where there are GPUs, each process on ``cuda:LOCAL_RANK``; gloo on the CPU."""
+def join_process_group(timeout_s: float) -> None:
+    """NCCL where there are GPUs, each process on ``cuda:LOCAL_RANK``; gloo on the CPU. The
+    group's own collectives (the desync check, the backend's rows, the barriers) wait at most
+    ``timeout_s`` (``--timeout``), like lptrain's messages, instead of the backend's 30 minutes."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    join_default_group(torch.device("cuda", local_rank() % gpus) if gpus else torch.device("cpu"))
+    device = torch.device("cuda", local_rank() % gpus) if gpus else torch.device("cpu")
+    join_default_group(device, datetime.timedelta(seconds=timeout_s))
 
 
 def run_distributed(args: argparse.Namespace) -> list[Row]:
     if launched_by_mpirun():
         _join_from_mpirun()
     if not dist.is_initialized():
-        join_process_group()
+        join_process_group(args.timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.get_backend()
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if backend == "nccl" else torch.device("cpu")
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
-    wanted = [a.strip() for a in args.algo.split(",") if a.strip()]
+    wanted = wanted_algorithms(args.algo)
     args.variants = algo_variants([a for a in wanted if a in SCHEDULES], args)
     args.tuning_context = {
         "executor": "distributed",
@@ -143,7 +154,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
         "world_size": world,
         "dtype": args.dtype,
     }
-    algos = list(args.variants) + (["native"] if any(a in ("nccl", "native") for a in wanted) else [])
+    algos = list(args.variants) + (["native"] if any(a in BACKENDS_OWN for a in wanted) else [])
     if "mpi" in wanted:
         if launched_by_mpirun() and importlib.util.find_spec("mpi4py") is not None and backend == "gloo":
             algos.append("mpi")

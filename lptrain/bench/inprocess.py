@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 
 from lptrain.bench.table import Row, print_header, print_row
-from lptrain.bench.variants import DTYPES, algo_variants, pattern
-from lptrain.comm import NAMES, BackendUnavailableError, CollectiveInputError, build_communicator
+from lptrain.bench.variants import DTYPES, algo_variants, parse_algos, pattern
+from lptrain.comm import BackendUnavailableError, CollectiveInputError, build_communicator
 from lptrain.comm.communicator import Communicator, ScheduleCommunicator
 from lptrain.comm.devices import SpecSyntax, device_list
 from lptrain.comm.measure import OPS, bus_factor, collective_call
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> list[Row]:
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     p = len(devices)
-    algos = _parse_algos(args.algo)
+    algos = parse_algos(args.algo)
     ops = list(OPS) if args.op == "all" else [args.op]
     comms: dict[str, Communicator] = {}
     if "mpi" in algos:
@@ -163,15 +163,3 @@ def run(args: argparse.Namespace) -> list[Row]:
                 row = Row(op, nbytes, count, args.dtype, c.algo, p, sec * 1e6, algbw, busbw, moved, vs, c.wrong)
                 rows.append(print_row(out, row))
     return rows
-
-
-def _parse_algos(text: str) -> list[str]:
-    valid = list(NAMES) + ["lp-rb", "mpi"]  # NAMES includes auto
-    algos = [a.strip() for a in text.split(",") if a.strip()]
-    bad = [a for a in algos if a not in valid]
-    if bad or not algos:
-        raise ValueError(
-            f"unknown algorithm(s) {', '.join(bad) or '(none)'}; valid: {', '.join(valid)} "
-            "(lp-rb is lp with the reduce-then-broadcast allreduce)"
-        )
-    return algos

@@ -9,6 +9,23 @@ from __future__ import annotations
 import torch
 
 from lptrain.bench.table import Row
+from lptrain.comm.algorithms import SCHEDULES, VARIANTS
+from lptrain.comm.registry import NAMES
+
+
+def parse_algos(text: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """The names ``--algo`` lists, each checked: lptrain's communicators, their variants,
+    ``mpi``, and the ``extra`` names a run also knows (across processes, the backend's own)."""
+    valid = [*NAMES, *VARIANTS, "mpi", *extra]  # NAMES includes nccl and auto
+    algos = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in algos if a not in valid]
+    if bad or not algos:
+        raise ValueError(
+            f"unknown algorithm(s) {', '.join(bad) or '(none)'}; valid: {', '.join(valid)} "
+            "(lp-rb is lp with the reduce-then-broadcast allreduce)"
+        )
+    return algos
+
 
 DTYPES = {
     "float32": torch.float32,
@@ -56,7 +73,7 @@ def _with_reduce_kernels(variants: dict[str, tuple[str, dict]], spec: str | None
     kernels = [check_reduce_kernel(k.strip()) for k in spec.split(",") if k.strip()]
     out: dict[str, tuple[str, dict]] = {}
     for label, (name, options) in variants.items():
-        if name not in ("lp", "mst", "be", "ring"):
+        if name not in SCHEDULES:
             out[label] = (name, options)
             continue
         for kernel in kernels:

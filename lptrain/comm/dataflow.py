@@ -31,7 +31,8 @@ How far steps may overlap is the algorithm's choice (``ISSUE_ORDERS``): ``eager`
 a segment whenever its data is in (LP's pipeline); ``ports`` first waits until this
 rank's sends of earlier steps to other peers are done (a tree's parent serves one child
 at a time, where all at once would share its port); ``steps`` also applies every receive
-of earlier steps first (BE and ring, whose steps each exchange with a new partner).
+of earlier steps first (BE, whose steps each exchange with a new partner and add what the
+last one brought).
 
 Messages between two ranks match in the order they are posted, so sends are issued and
 receives posted in program order; the look-ahead stops at the first receive it may not

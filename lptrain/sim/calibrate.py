@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from lptrain.comm import build_communicator
+from lptrain.comm.algorithms import SCHEDULES
 from lptrain.comm.measure import OPS, collective_call
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.simulator import simulate
@@ -137,7 +138,7 @@ def fit(measurements: Sequence[Measurement], cache_bytes: int | None = None) -> 
 def measure(
     world_size: int,
     sizes: Sequence[int],
-    algos: Sequence[str] = ("lp", "mst", "be", "ring"),
+    algos: Sequence[str] = SCHEDULES,
     ops: Sequence[str] = OPS,
     trials: int = 3,
     target_s: float = 0.05,

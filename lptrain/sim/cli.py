@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=int, default=8, help="P, up to thousands")
     p.add_argument("--per-switch", type=int, default=4, help="GPUs per PCIe switch (pcie, nodes)")
     p.add_argument("--op", default="allreduce", choices=list(OPS))
-    p.add_argument("--algo", default="lp,lp-rb,mst,be,ring")
+    p.add_argument("--algo", default=",".join(ALGOS), help=f"comma-separated, of {', '.join(ALGOS)}")
     p.add_argument("--lp-block", default="auto")
     c = sub.add_parser("calibrate", help="fit the host model to runs measured here, show predicted against measured")
     c.add_argument("--devices", type=int, default=4)

@@ -262,7 +262,8 @@ class Trainer:
         link = getattr(remote, "link", None)
         if link is not None:
             sized = "segments and LP's blocks" if remote.name == "lp" else "segments"
-            lines.append(f"{remote.name} across processes: {sized} sized for this transport as measured, {link.describe()}")
+            measured = f"sized for this transport as measured, {link.describe()}"
+            lines.append(f"{remote.name} across processes: {sized} {measured}")
         return lines
 
     @staticmethod
