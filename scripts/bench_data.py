@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import platform
 import statistics
 import sys
@@ -81,6 +82,7 @@ def main() -> None:
     p.add_argument("--train-steps", type=int, default=20, help="training steps per run (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="loader batches before the clock starts (default 3)")
     p.add_argument("--trials", type=int, default=2, help="round-robin trials (default 2)")
+    p.add_argument("--json", metavar="FILE", help="also write the table as JSON to FILE")
     args = p.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
 
@@ -127,11 +129,30 @@ def main() -> None:
     columns += (("data wait ms", 13), ("compute ms", 11))
     print(" ".join(f"{name:>{width}}" for name, width in columns))
     med = statistics.median
+    rows = []
     for w in counts:
         row = [w, med([r for r, _ in loader[w]]), med([f for _, f in loader[w]])]
         row += [med([r[k] for r in train[w]]) for k in ("images_per_s", "data_ms", "compute_ms")]
         formats = ("d", ".0f", ".2f", ".0f", ".1f", ".1f")
         print(" ".join(f"{v:>{width}{f}}" for v, (_, width), f in zip(row, columns, formats)))
+        rows.append(
+            dict(zip(("workers", "loader_img_s", "first_batch_s", "train_img_s", "data_ms", "compute_ms"), row))
+        )
+    if args.json:
+        result = {
+            "images": len(data.train),
+            "model": args.model,
+            "image_size": args.image_size,
+            "batch": args.batch,
+            "devices": args.devices,
+            "trials": args.trials,
+            "loader_steps": args.loader_steps,
+            "warmup": args.warmup,
+            "train_steps": args.train_steps,
+            "elapsed_s": elapsed,
+            "rows": rows,
+        }
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

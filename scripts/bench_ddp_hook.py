@@ -2,7 +2,7 @@
 trainer: the same network, batch and steps under torchrun, in one run.
 
     python scripts/bench_ddp_hook.py                         # alexnet, 10 steps, 2 processes on loopback
-    python scripts/bench_ddp_hook.py --steps 6 --repeats 2
+    python scripts/bench_ddp_hook.py --steps 6 --repeats 2 --json hook.json
     python scripts/bench_ddp_hook.py --cluster "--nodes 4 --link 200mbit"   # root: emulated nodes
 
 The variants, one after the other, interleaved over ``--repeats`` rounds (the best of each
@@ -81,10 +81,11 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--cluster", default=None, help="lptrain-cluster's options: each run across emulated nodes")
+    p.add_argument("--json", metavar="FILE", help="also write every round's times as JSON to FILE")
     args = p.parse_args()
     run = launcher(args.nproc, args.cluster)
     variants = args.variants.split(",")
-    best: dict[str, float] = {}
+    rounds: dict[str, list[float]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.repeats):
             for v in variants:
@@ -94,7 +95,8 @@ def main() -> None:
                 else:
                     took = ddp(run, args.recipe, args.steps, v, args.bucket_mb)
                 if took is not None:
-                    best[v] = min(best.get(v, took), took)
+                    rounds[v].append(took)
+    best = {v: min(times) for v, times in rounds.items() if times}
     native = best.get("native")
     where = f"lptrain-cluster {args.cluster}" if args.cluster else f"{args.nproc} processes on loopback"
     print(f"# {args.recipe}, {where}, {args.steps} steps, buckets {args.bucket_mb:g} MiB, best of {args.repeats}")
@@ -103,6 +105,18 @@ def main() -> None:
         if v in best:
             ratio = f"{native / best[v]:8.2f}x" if native else "      n/a"
             print(f"{LABELS.get(v, v):<30} {best[v]:8.2f} {1e3 * best[v] / args.steps:8.0f} {ratio}", flush=True)
+    if args.json:
+        result = {
+            "recipe": args.recipe,
+            "where": where,
+            "nproc": args.nproc,
+            "steps": args.steps,
+            "bucket_mb": args.bucket_mb,
+            "repeats": args.repeats,
+            "labels": LABELS,
+            "rounds": rounds,
+        }
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

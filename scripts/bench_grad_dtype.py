@@ -1,6 +1,7 @@
 """The default experiment with gradients communicated in fp32, bf16 and fp16: curves and bytes.
 
     python scripts/bench_grad_dtype.py                 # 300 steps each, docs/figures/grad_dtype.png
+    python scripts/bench_grad_dtype.py --steps 100 --out curves.png --json grad_dtype.json
 
 Same seed, same batches; only ``comm.grad_dtype`` differs. Prints per dtype the bytes per
 step, the largest loss difference from fp32 over all steps, the final loss and the eval
@@ -23,9 +24,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "grad_dtype.png")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON to FILE")
     p.add_argument("overrides", nargs="*", help="Hydra overrides for every run")
     args = p.parse_args()
     curves: dict[str, list[float]] = {}
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for dtype in ("fp32", "bf16", "fp16"):
             run_dir = Path(tmp) / dtype
@@ -57,6 +60,21 @@ def main() -> None:
                 f" comm {summary['mean_comm_ms']:.2f} ms per step",
                 flush=True,
             )
+            rows.append(
+                {
+                    "dtype": dtype,
+                    "mib_per_step": size / 2**20,
+                    "max_loss_diff": worst,
+                    "steps": len(steps),
+                    "final_loss": summary["final_loss"],
+                    "eval_accuracy": summary["eval_accuracy"],
+                    "comm_ms": summary["mean_comm_ms"],
+                }
+            )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"steps": args.steps, "overrides": args.overrides, "rows": rows}, indent=1) + "\n"
+        )
     import matplotlib
 
     matplotlib.use("Agg")

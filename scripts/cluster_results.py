@@ -2,9 +2,10 @@
 """Measure the collectives and training on the emulated cluster and write the results.
 
 Needs root (or a user namespace): every measurement is an ``lptrain-cluster`` run. The
-rows go to docs/data/cluster.json; the tables go into docs/BENCHMARKS.md and
-docs/PAPER_RESULTS.md between their ``<!-- cluster:NAME -->`` markers, and the figure to
-docs/figures/cluster_time_vs_p.png.
+rows go to docs/data/cluster.json; the tables go into docs/BENCHMARKS.md (its cluster
+section, between ``<!-- benchmarks:cluster -->`` markers, as ``scripts/benchmarks.py --only
+cluster`` writes it) and into docs/PAPER_RESULTS.md between ``<!-- cluster:paper -->``
+markers, and the figure to docs/figures/cluster_time_vs_p.png.
 
     python scripts/cluster_results.py                      # everything, about 45 minutes
     python scripts/cluster_results.py --only bench --nodes 2,4,8
@@ -17,7 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -28,6 +28,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from lptrain.cluster import experiment as ex  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmarks  # noqa: E402  (scripts/benchmarks.py: the document's sections and their markers)
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 DATA = DOCS / "data" / "cluster.json"
@@ -35,48 +38,42 @@ BIG = 16 << 20
 SMALL = 4 << 20
 
 
-def replace_section(path: Path, name: str, body: list[str]) -> None:
-    """Put ``body`` between ``<!-- cluster:NAME -->`` and ``<!-- /cluster:NAME -->``,
-    appending the pair at the end of the file the first time."""
-    text = path.read_text()
-    begin, end = f"<!-- cluster:{name} -->", f"<!-- /cluster:{name} -->"
-    block = "\n".join([begin, *body, end])
-    if begin in text:
-        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
-
-
-BEFORE = """Before the fixes (commit aff7235, same command and links), for comparison:
-
-| op | P | lp (block auto) | lp (block 256K) | mst | be | ring | gloo's own | one-port model |
-|---|---|---|---|---|---|---|---|---|
-| broadcast | 2 | 1.00 | 1.01 | 1.00 | 1.00 | 1.00 | 1.01 | LP 1, BE 2(P-1)/P |
-| broadcast | 4 | 1.70 | 1.03 | 2.26 | 2.73 | 1.93 | 3.01 | BE 1.50 |
-| broadcast | 8 | 1.82 | 1.06 | 4.15 | 3.05 | 2.46 | 5.78 | BE 1.75, MST 3 |
-| reduce | 8 | 1.83 | 1.09 | 3.03 | 2.20 | 1.85 | 2.00 | BE 1.75 |
-| allreduce | 2 | 2.01 | 1.04 | 2.01 | 1.73 | 1.74 | 1.01 | ring/BE 1.0 |
-| allreduce | 4 | 3.34 | 2.16 | 4.27 | 2.99 | 1.58 | 1.57 | ring/BE 1.5, LP ~2 |
-| allreduce | 8 | 4.02 | 2.38 | 7.07 | 3.46 | 1.98 | 1.94 | ring/BE 1.75, LP ~2 |"""
-
-
 def benchmarks_section(data: dict) -> list[str]:
+    """The body of docs/BENCHMARKS.md's cluster section (``scripts/benchmarks.py`` adds the
+    heading, the commands, the date and the machine)."""
     c = data["conditions"]
-    nodes = sorted({r["nodes"] for r in data["bench"]})
+    nodes = tuple(p for p in (2, 4, 8) if p in {r["nodes"] for r in data["bench"]})
+    cell = {(r["op"], r["nodes"], r["algo"]): ex._n_over_b(r) for r in ex.with_nominal(data) if r["size"] == BIG}
+    checked = [r for r in data["bench"] if r.get("wrong") is not None]
+    wrong = sum(1 for r in checked if r["wrong"])
+    top = nodes[-1]
+    loads = [r["load"] for r in data["bench"] if "load" in r]
+    load = f"load average {min(loads):.1f} to {max(loads):.1f} at the runs' starts" if loads else "load not recorded"
+    if c.get("nice"):
+        load += f", the runs at nice {c['nice']} (ahead of the machine's other work)"
+    reading = []
+    for op in ex.OPS:
+        lp = ", ".join(f"{cell[(op, p, 'lp')]:.2f}" for p in nodes if (op, p, "lp") in cell)
+        others = {a: cell[(op, top, a)] for a in ("mst", "be", "ring", "gloo") if (op, top, a) in cell}
+        best = min(others, key=others.get)
+        name = "gloo's own" if best == "gloo" else best
+        reading.append(
+            f"- {op}: LP {lp} n/B at P = {', '.join(map(str, nodes))}; at P = {top} the fastest other is {name} at "
+            f"{others[best]:.2f}."
+        )
     return [
-        "## Across namespaces with shaped links: where the network is the bottleneck",
+        f"Every node a network namespace with one full-duplex port shaped to {c['link']} (B = "
+        f"{c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), one process per node over gloo; {load}. "
+        f"Medians of 3 trials; {len(checked) - wrong} of {len(checked)} results checked correct (#wrong 0). Times "
+        f"are multiples of n/B at {ex._size_label(BIG)}: n/B is one port's physical limit for a broadcast; TCP's "
+        "payload is about 95% of the shaped rate, so 1.05 is the floor in practice. The one-port model gives each "
+        "algorithm's bound.",
         "",
-        f"`python scripts/cluster_results.py --only bench` (each P one `lptrain-cluster --nodes P --link {c['link']} "
-        "-- "
-        "lptrain-bench --op all -b 4M -e 16M --algo lp,mst,be,ring,nccl -n 1 --trials 3`); "
-        f"{ex.describe(data)}. Medians of 3 trials; every result checked (#wrong 0). Times are multiples of n/B "
-        "at 16 MiB: n/B is one port's physical limit for a broadcast; TCP's payload is about 95% of the shaped "
-        "rate, so 1.05 is the floor in practice. The one-port model gives each algorithm's bound.",
+        *ex.bench_table(data, BIG, nodes),
         "",
-        *ex.bench_table(data, BIG, tuple(p for p in (2, 4, 8) if p in nodes)),
-        "",
-        BEFORE,
+        *reading,
+        "- A node has one port, so LP's allreduce (a reduce and a broadcast overlapped) sends about 2n through it "
+        "where the ring sends 2(P-1)/P n: the model's LP ~2 against ring/BE's 1.5 to 1.75.",
     ]
 
 
@@ -188,9 +185,10 @@ def figure(data: dict, path: Path) -> None:
 
 def render(data: dict) -> None:
     if data.get("bench"):
-        replace_section(DOCS / "BENCHMARKS.md", "bench", benchmarks_section(data))
+        benchmarks.write_section(benchmarks.BY_NAME["cluster"], benchmarks.cluster_record(data), benchmarks.DOC,
+                                 benchmarks.DATA)  # fmt: skip
         figure(data, DOCS / "figures" / "cluster_time_vs_p.png")
-    replace_section(DOCS / "PAPER_RESULTS.md", "paper", paper_section(data))
+    benchmarks.update_sections(DOCS / "PAPER_RESULTS.md", {"paper": paper_section(data)}, prefix="cluster")
 
 
 def _nodes(text: str) -> list[int]:

@@ -1,14 +1,10 @@
 """The cluster experiment's analysis (lptrain.cluster.experiment): calibration recovers a
-known machine, the tables read the rows they are given, sections are replaced in place."""
-
-import importlib.util
-from pathlib import Path
+known machine, the tables read the rows they are given. (The document's sections:
+tests/test_benchmarks_doc.py.)"""
 
 import pytest
 
 from lptrain.cluster import experiment as ex
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _rows(bandwidth: float, overhead: float) -> list[dict]:
@@ -42,15 +38,3 @@ def test_the_tables_show_multiples_of_n_over_b_per_algorithm():
     assert cells[6] == "2.00" and float(cells[2]) < float(cells[3]), line  # gloo's own; lp below mst
     vs_p = ex.time_vs_p_table(data, "broadcast", 1 << 20)
     assert [line.split("|")[1].strip() for line in vs_p[2:]] == ["2", "4"]
-
-
-def test_a_section_is_replaced_between_its_markers_and_appended_once(tmp_path):
-    spec = importlib.util.spec_from_file_location("cluster_results", ROOT / "scripts" / "cluster_results.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    doc = tmp_path / "DOC.md"
-    doc.write_text("# Title\n\nkept\n")
-    script.replace_section(doc, "x", ["first"])
-    script.replace_section(doc, "x", ["second"])
-    text = doc.read_text()
-    assert text.count("<!-- cluster:x -->") == 1 and "second" in text and "first" not in text and "kept" in text
