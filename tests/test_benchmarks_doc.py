@@ -160,3 +160,11 @@ def test_the_document_states_the_present_not_a_work_log(bm):
         begin, end = bm.markers(section.name)
         assert text.count(begin) == 1 and text.count(end) == 1, section.name
         assert f"(#{bm.anchor(section.heading)})" in text  # the index links every section
+
+
+def test_a_rewritten_document_keeps_its_permissions(bm, tmp_path):
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text("old\n")
+    doc.chmod(0o644)
+    bm.write_atomically(doc, "new\n")
+    assert doc.read_text() == "new\n" and doc.stat().st_mode & 0o777 == 0o644

@@ -20,7 +20,8 @@ from lptrain.comm.sizes import parse_size
 from lptrain.comm.transport import LinkCost
 
 # In-process CPU "links": ~10 us of dispatch per transfer, ~13 GB/s per copy (measured
-# with lptrain-bench on the development machine; see docs/BENCHMARKS.md).
+# with lptrain-bench on the 2-core development machine; the current figures are in
+# docs/BENCHMARKS.md, "In-process collectives against memcpy").
 CPU_ALPHA_S = 10e-6
 CPU_BETA_S_PER_BYTE = 1 / 13e9
 
@@ -256,7 +257,7 @@ def _distributed(name: str, group, options: dict[str, Any]):
         # it is in: the segments already pipeline, so a block below a segment only adds
         # messages, and each costs CPU the model's alpha (the fastest exchange) leaves out. On
         # 4 gloo processes sharing two cores blocks floored at the segment took 36.7 ms for a
-        # 16 MiB allreduce where the model's 1.8 MiB blocks took 41.9 (docs/BENCHMARKS.md).
+        # 16 MiB allreduce where the model's 1.8 MiB blocks took 41.9 (2-core machine, 2026-12-03).
         builders, _ = lp_builders(
             world, on_cpu, **options, link=link, min_block=lambda nbytes: segment_bytes(fixed, nbytes, world, link)
         )

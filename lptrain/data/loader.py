@@ -44,9 +44,9 @@ def default_workers(cpus: int | None = None, processes: int | None = None) -> in
     """``min(4, CPUs per training process - 2)``, 0 with two CPUs or fewer.
 
     Two CPUs are left to the training process itself (its intra-op threads, its
-    collectives): measured on a 2-core machine (docs/BENCHMARKS.md), one worker made
-    training 14% (small CNN) to 21% (AlexNet) slower than none, since it takes a core
-    from the forward and backward pass. Beyond four workers a data-parallel replica
+    collectives): on a 2-core machine one worker makes training slower than none
+    (docs/BENCHMARKS.md, "The input pipeline"), since it takes a core from the forward
+    and backward pass. Beyond four workers a data-parallel replica
     rarely gains, and each worker holds its own prefetched batches. Under torchrun the
     CPUs are shared by the node's processes (``LOCAL_WORLD_SIZE``).
     """
