@@ -190,7 +190,7 @@ def test_a_run_killed_mid_way_resumes_exactly(tmp_path, how):
 
 @pytest.mark.slow
 def test_the_main_job_alexnet_recipe_learns_the_digits(tmp_path):
-    # The README's first command; about five minutes on two cores (92.4% when measured).
+    # The README's first command; a few minutes on two cores (README.md shows a run's output).
     trainer = Trainer(config("+recipe=alexnet", "trainer.progress=false", "trainer.checkpoint_every=0"), tmp_path)
     summary = trainer.fit()
     assert summary.eval_accuracy > 0.85, f"eval accuracy {summary.eval_accuracy:.3f} (chance is 0.10)"
