@@ -81,10 +81,12 @@ def test_the_benchmark_under_torchrun_takes_the_gpu_of_its_local_rank(monkeypatc
     monkeypatch.setattr(distributed.torch.cuda, "device_count", lambda: 4)
     monkeypatch.setattr(distributed.torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
     monkeypatch.setattr(
-        distributed.dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend, kw["device_id"]))
+        distributed.dist,
+        "init_process_group",
+        lambda backend, **kw: calls.append(("init", backend, kw["device_id"], kw["timeout"].total_seconds())),
     )
-    distributed.join_process_group()
-    assert calls == [("set_device", torch.device("cuda", 1)), ("init", "nccl", torch.device("cuda", 1))]
+    distributed.join_process_group(timeout_s=60)
+    assert calls == [("set_device", torch.device("cuda", 1)), ("init", "nccl", torch.device("cuda", 1), 60.0)]
 
 
 # -- what NCCL can move, and how it is waited for -------------------------------------------------
