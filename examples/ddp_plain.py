@@ -34,6 +34,7 @@ def main() -> None:
     weights = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
     if rank == 0:
         print(f"final loss {loss.item():.6f}, weights sum {weights.double().sum().item():.9f}")
+    dist.barrier()  # no process tears the group down while another still uses it
     dist.destroy_process_group()
 
 

@@ -104,6 +104,7 @@ def main() -> None:
             for r in range(world):
                 print(f"  {name} rank {r}: {reports[r][name]}")
     comms.clear()
+    dist.barrier()  # leave together: an early exit can abort in gloo's teardown
     dist.destroy_process_group()
 
 
