@@ -313,3 +313,51 @@ def test_every_survivor_names_the_peer_that_died_or_stopped_and_the_operation(tm
         assert any(op in line for op in ("allreduce #", "broadcast #", "the loss sum", "the stop check")), line
     assert "Traceback" not in err and "Error executing job" not in err, err[-4000:]
     assert took < timeout_s + 30, f"the survivors took {took:.0f} s"  # a bound against a hang, not a timing
+
+
+def test_a_second_ctrl_c_during_the_checkpoint_write_is_an_interrupt_not_a_write_failure(tmp_path, monkeypatch):
+    """The first Ctrl-C asks for a checkpoint; a second one arriving while torch.save writes it
+    must abort (130, "lptrain: interrupted"), not read as a disk failure (4). Depending on
+    where in torch's writer the handler's KeyboardInterrupt lands, it surfaces as itself or as
+    the writer's RuntimeError (seen: "[enforce fail at inline_container.cc:672] . unexpected
+    pos 2816 vs 2710"); the write below reproduces the second case."""
+    import signal
+    from types import SimpleNamespace
+
+    from lptrain.train import checkpoint
+
+    trainer = trainer_for(tmp_path / "run", "trainer.steps=6", "trainer.checkpoint_every=0")
+    real_fdopen = checkpoint.os.fdopen
+
+    class SecondCtrlC:
+        def __init__(self, f):
+            self.f, self.sent = f, False
+
+        def write(self, data):
+            if not self.sent:
+                self.sent = True
+                try:
+                    signal.raise_signal(signal.SIGINT)  # the second Ctrl-C, in the middle of the write
+                except KeyboardInterrupt:
+                    raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos") from None
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.f.__exit__(*exc)
+
+    monkeypatch.setattr(checkpoint.os, "fdopen", lambda fd, mode: SecondCtrlC(real_fdopen(fd, mode)))
+    trainer._stop_requested = True  # the first Ctrl-C: the step finishes, then the save
+    previous = trainer._install_signal_handlers(SimpleNamespace(message=print))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.save(3)
+    finally:
+        trainer._restore_signal_handlers(previous)
+    assert checkpoint.temporary_files(trainer.checkpoint_path) == []
+    assert not trainer.checkpoint_path.exists()

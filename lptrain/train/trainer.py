@@ -211,6 +211,7 @@ class Trainer:
         if t.get("resume"):
             self._restore(load_checkpoint(t.resume))
         self._stop_requested, self._stop_signal = False, 0
+        self._abort_requested = False  # a second Ctrl-C or SIGTERM: stop at once, without saving
         self._saved_step: int | None = None  # the step of the last checkpoint this session wrote
 
     # -- set-up helpers -------------------------------------------------------------------
@@ -499,6 +500,8 @@ class Trainer:
         try:
             save_checkpoint(self.checkpoint_path, state)
         except CheckpointWriteError as err:
+            if self._abort_requested:  # the second Ctrl-C, which torch's writer
+                raise KeyboardInterrupt from None  # may report as its own error: stop now, unsaved
             raise CheckpointWriteError(f"{err}; {self._last_good()}") from err
         self._saved_step = next_step
         if self.cfg.trainer.get("keep_checkpoints"):
@@ -669,6 +672,7 @@ class Trainer:
 
         def request_stop(signum, frame):
             if self._stop_requested:
+                self._abort_requested = True  # a save it lands in must not read as a disk failure
                 raise KeyboardInterrupt
             self._stop_requested, self._stop_signal = True, int(signum)
             progress.message("stopping after this step (press Ctrl-C again to abort without saving)")
