@@ -251,15 +251,16 @@ def main(argv: list[str] | None = None) -> None:
         except BrokenPipeError:  # `lptrain --help | head`: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
-    from lptrain.settings.preflight import preflight, print_sweep, sweep_shown
+    from lptrain.settings.preflight import preflight, print_sweep, shows_config, sweep_shown
 
     try:
-        jobs = preflight(args)
+        checked = preflight(args)
     except _user_errors() as err:  # ConfigError among them
         _fail(str(err))
     if sweep_shown(args):  # -m ... --cfg job: every job checked above; Hydra would refuse
-        print_sweep(args)
+        print_sweep(checked)
         return
+    jobs = 0 if shows_config(args) else len(checked)  # --cfg: checked, printed by Hydra, not run
     import hydra
 
     from lptrain.settings.locations import configs_dir, register_all

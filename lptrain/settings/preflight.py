@@ -13,6 +13,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import fields, is_dataclass
 
+from omegaconf import DictConfig
+
 from lptrain.errors import ConfigError
 from lptrain.settings.checks import check_config
 from lptrain.settings.locations import compose_config, register_all
@@ -23,6 +25,11 @@ _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or
 # A tuple: the values the flag may take (none: a bare flag); None: it always takes one.
 _PARTS = ("job", "hydra", "all")
 SHOW_FLAGS = {"--cfg": _PARTS, "-c": _PARTS, "--resolve": (), "--package": None, "-p": None}
+
+
+def shows_config(args: Sequence[str]) -> bool:
+    """Whether ``args`` asks Hydra (or lptrain, for a sweep) to print configurations, not run them."""
+    return _without_show_flags(args)[1]
 
 
 def _without_show_flags(args: Sequence[str]) -> tuple[list[str], bool]:
@@ -47,9 +54,10 @@ def job_overrides(args: Sequence[str]) -> list[list[str]] | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     multirun = any(a in ("-m", "--multirun") for a in args)
-    if multirun and _without_show_flags(args)[1] and not sweep_shown(args):
+    rest, shown = _without_show_flags(args)
+    if multirun and shown and not sweep_shown(args):
         raise ConfigError("-m with --cfg prints each job's configuration: use --cfg job (hydra and all show one job)")
-    args = _without_show_flags(args)[0]
+    args = rest
     if any(a.startswith("-") and a not in ("-m", "--multirun") for a in args):
         return None
     overrides = [a for a in args if not a.startswith("-")]
@@ -68,18 +76,19 @@ def sweep_shown(args: Sequence[str]) -> bool:
     return multirun and any(flag in ("--cfg", "-c") and value == "job" for flag, value in pairs)
 
 
-def print_sweep(args: Sequence[str]) -> None:
-    """Each job's composed and checked configuration, under a line naming its overrides."""
+def print_sweep(jobs: Sequence[tuple[list[str], DictConfig]]) -> None:
+    """Each job's configuration as ``preflight`` composed and checked it, under a line naming
+    its overrides."""
     from omegaconf import OmegaConf
 
-    jobs = job_overrides([a for a in args if a not in ("-m", "--multirun")] + ["-m"]) or []
-    for number, overrides in enumerate(jobs):
+    for number, (overrides, cfg) in enumerate(jobs):
         print(f"# job {number}: {' '.join(overrides)}")
-        print(OmegaConf.to_yaml(compose_config(overrides)))
+        print(OmegaConf.to_yaml(cfg))
 
 
-def preflight(args: Sequence[str]) -> int:
-    """Compose and check every job of ``args``; how many jobs will run (0 for ``--cfg``). Raises ``ConfigError``."""
+def preflight(args: Sequence[str]) -> list[tuple[list[str], DictConfig]]:
+    """Compose and check every job of ``args``: each job's overrides and configuration (none
+    when Hydra answers alone, as for ``--info``). Raises ``ConfigError``."""
     register_all()
     try:
         jobs = job_overrides(args)
@@ -87,15 +96,15 @@ def preflight(args: Sequence[str]) -> int:
         raise
     except Exception as err:  # an override Hydra cannot parse
         raise ConfigError(one_line(err)) from None
-    if jobs is None:
-        return 0
-    for overrides in jobs:
+    checked = []
+    for overrides in jobs or []:
         try:
             cfg = compose_config(overrides, check=False)  # Hydra's words made one line; then ours
         except Exception as err:
             raise ConfigError(one_line(err)) from None
         check_config(cfg)
-    return 0 if _without_show_flags(args)[1] else len(jobs)  # --cfg: checked, printed, not run
+        checked.append((overrides, cfg))
+    return checked
 
 
 def one_line(err: BaseException) -> str:
