@@ -21,8 +21,12 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lptrain.exits import EXIT_PEER_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED
+
+if TYPE_CHECKING:
+    from lptrain.train.run_config import RunConfig
 
 RUN_FILES = ("metrics.jsonl", "steps.jsonl", "summary.json", "config.yaml", "checkpoints", "tb")
 FAILED_FILE = "failed.json"  # a failed run's one line and exit code, for lptrain-report
@@ -63,6 +67,7 @@ class Outcome:
     jobs: int = 1
     failed: list[tuple[str, int]] = field(default_factory=list)  # (job's label, exit code)
     dirs: object = None  # lptrain.settings.rundirs.RunDirs
+    checked: dict[tuple[str, ...], object] = field(default_factory=dict)  # job's overrides -> its RunConfig
 
 
 OUTCOME = Outcome()
@@ -115,45 +120,45 @@ def continues(run_dir: Path, resume: str | None) -> bool:
     return target == run_dir.resolve() or run_dir.resolve() in target.parents
 
 
-def _config_text(cfg) -> str:
+def _config_text(config: RunConfig) -> str:
+    """config.yaml's text: the run's groups, every value resolved."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_yaml(cfg, resolve=True)
+    return OmegaConf.to_yaml(OmegaConf.create(config.groups()))
 
 
-def write_run_config(cfg, run_dir: Path, overrides: list[str]) -> None:
+def write_run_config(config: RunConfig, run_dir: Path, overrides: list[str]) -> None:
     """config.yaml (resolved; written when the folder was claimed) and overrides.yaml, at the
     start: what the report labels runs by."""
     from omegaconf import OmegaConf
 
     if not (run_dir / "config.yaml").exists():
-        (run_dir / "config.yaml").write_text(_config_text(cfg))
+        (run_dir / "config.yaml").write_text(_config_text(config))
     if not (run_dir / "overrides.yaml").exists():
         (run_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
 
-def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
-    """Train as configured; print the summary; return the final evaluation accuracy."""
+def run(config: RunConfig, run_dir: Path, overrides: list[str] | None = None) -> float | None:
+    """Train as ``config`` (checked: ``compose_config`` or the preflight) says; print the
+    summary; return the final evaluation accuracy."""
     import json
     from dataclasses import asdict
 
     from lptrain.models import parameter_count
-    from lptrain.settings.checks import check_config
     from lptrain.settings.rundirs import FolderTaken, hold
     from lptrain.train.launch import finish
     from lptrain.train.trainer import Trainer
 
     held = existing_run(run_dir)
-    continuing = continues(run_dir, cfg.trainer.resume)
+    continuing = continues(run_dir, config.trainer.resume)
     taken = f"; nothing was changed. Choose another hydra.run.dir, or continue that run with trainer.resume={run_dir}"
     if held and not continuing:
         raise FolderTaken(f"{run_dir} already holds a run ({', '.join(held)}){taken}")
-    check_config(cfg)  # preflight checked it, unless a Hydra flag made it stand aside
-    trainer = Trainer(cfg, run_dir)  # every check that needs the data, the devices or the checkpoint
+    trainer = Trainer(config, run_dir)  # every check that needs the data, the devices or the checkpoint
     if trainer.start_step >= trainer.stop_at:
         if trainer.is_main:
             print(
-                f"lptrain: the run in {cfg.trainer.resume} already finished step {trainer.start_step} of "
+                f"lptrain: the run in {config.trainer.resume} already finished step {trainer.start_step} of "
                 f"{trainer.stop_at}: nothing to do (to train longer, raise trainer.steps)",
                 flush=True,
             )
@@ -165,21 +170,21 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
         finish()
         return None
     try:
-        hold(run_dir, continuing, _config_text(cfg))  # atomically: of two runs racing for it, one gets it
+        hold(run_dir, continuing, _config_text(config))  # atomically: of two runs racing for it, one gets it
     except FolderTaken as err:
         raise FolderTaken(f"{err}{taken}") from None
-    write_run_config(cfg, run_dir, overrides or [])
+    write_run_config(config, run_dir, overrides or [])
     where = f", {trainer.nprocs} processes" if trainer.nprocs > 1 else ""
     print(
-        f"lptrain: {cfg.model.name} ({params / 1e6:.2f}M parameters, {trainer.bytes_per_step / 2**20:.1f} MiB "
-        f"communicated per step) on {cfg.data.name}, {cfg.comm.name} over {len(trainer.devices)} x "
+        f"lptrain: {config.model.name} ({params / 1e6:.2f}M parameters, {trainer.bytes_per_step / 2**20:.1f} MiB "
+        f"communicated per step) on {config.data.name}, {config.comm.name} over {len(trainer.devices)} x "
         f"{trainer.devices[0].type}{where}, global batch {trainer.global_batch}, {trainer.steps} steps\n"
         f"lptrain: {trainer.describe_buckets()}\n"
         f"lptrain: logs in {run_dir} (tensorboard --logdir {run_dir})",
         flush=True,
     )
     summary = trainer.fit()
-    print(summary.render(cfg, params), flush=True)
+    print(summary.render(config, params), flush=True)
     (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
     (run_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier failure of the run this one continued
     finish()
@@ -187,6 +192,15 @@ def run(cfg, run_dir: Path, overrides: list[str] | None = None) -> float | None:
         _ignore_interrupts()  # saved and leaving: a late Ctrl-C has nothing left to abort
         sys.exit(128 + summary.interrupted_by)
     return summary.eval_accuracy
+
+
+def _checked(cfg, overrides: list[str]) -> RunConfig:
+    """This job's RunConfig: the one the preflight checked, or (when a Hydra flag made the
+    preflight stand aside) the configuration Hydra composed, checked now."""
+    from lptrain.settings.checks import check_config
+
+    config = OUTCOME.checked.get(tuple(overrides))
+    return config if config is not None else check_config(cfg)
 
 
 def _task(cfg) -> float | None:
@@ -199,8 +213,10 @@ def _task(cfg) -> float | None:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     overrides = list(hydra_cfg.overrides.task)
     sweep = hydra_cfg.mode == RunMode.MULTIRUN
+    config = None
     try:
-        return run(cfg, run_dir, overrides)
+        config = _checked(cfg, overrides)
+        return run(config, run_dir, overrides)
     except CollectiveError as err:
         peer_failed(err)
     except Exception as err:
@@ -215,9 +231,9 @@ def _task(cfg) -> float | None:
         label = f"job {hydra_cfg.job.num} ({' '.join(overrides) or 'no overrides'})"
         _say(f"{label}: {message}")
         _record_failure(run_dir, message, code, keep=True)
-        if (run_dir / FAILED_FILE).exists():  # what the report labels the job by
+        if config is not None and (run_dir / FAILED_FILE).exists():  # what the report labels the job by
             with contextlib.suppress(OSError):
-                write_run_config(cfg, run_dir, overrides)
+                write_run_config(config, run_dir, overrides)
         OUTCOME.failed.append((label, code))
         return None
     finally:
@@ -251,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         except BrokenPipeError:  # `lptrain --help | head`: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
-    from lptrain.settings.preflight import preflight, print_sweep, shows_config, sweep_shown
+    from lptrain.settings.preflight import preflight, print_sweep, shows_config, sweep_shown, task_overrides
 
     try:
         checked = preflight(args)
@@ -268,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
 
     register_all()
     OUTCOME.jobs, OUTCOME.failed = max(jobs, 1), []
+    OUTCOME.checked = {task_overrides(job.overrides): job.config for job in checked}
     if jobs:  # a job will run (not --cfg, --info ...): its folder, claimed now
         OUTCOME.dirs = plan(args)
         args = [*args, *OUTCOME.dirs.overrides]

@@ -29,6 +29,7 @@ from PIL import Image
 from lptrain.data.errors import DataError, DecodeFailure
 from lptrain.data.sampling import SampleKey
 from lptrain.data.transforms import Transform, build_transforms
+from lptrain.schema import Cifar10DataConfig, DataConfig, ImageFolderDataConfig, SyntheticDataConfig
 
 NAMES = ("mnist", "cifar10", "imagefolder", "synthetic")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -174,11 +175,11 @@ def _mnist() -> DataSet:
     )
 
 
-def _cifar10(cfg, image_size: int) -> DataSet:
+def _cifar10(cfg: Cifar10DataConfig) -> DataSet:
     import torchvision
 
     path = Path(cfg.root).expanduser()
-    download = bool(cfg.get("download", False))
+    download = cfg.download
     try:
         train = torchvision.datasets.CIFAR10(str(path), train=True, download=download)
         test = torchvision.datasets.CIFAR10(str(path), train=False, download=download)
@@ -187,7 +188,7 @@ def _cifar10(cfg, image_size: int) -> DataSet:
             f"CIFAR-10 was not found under {path} ({err}); point data.root at a folder holding "
             "cifar-10-batches-py, or pass data.download=true where the network allows"
         ) from err
-    train_tf, eval_tf = build_transforms("cifar10", cfg, image_size)
+    train_tf, eval_tf = build_transforms(cfg)
     return DataSet(
         "cifar10",
         ImageSplit(ImageArray(train.data), train.targets, train_tf),
@@ -226,9 +227,9 @@ def scan_image_folder(folder: Path, classes: Sequence[str] | None = None) -> tup
     return list(classes), paths, labels
 
 
-def _imagefolder(cfg, image_size: int) -> DataSet:
+def _imagefolder(cfg: ImageFolderDataConfig) -> DataSet:
     base = Path(cfg.root).expanduser()
-    train_dir, val_dir = cfg.get("train_dir", "train"), cfg.get("val_dir", "val")
+    train_dir, val_dir = cfg.train_dir, cfg.val_dir
     for sub in (train_dir, val_dir):
         if not (base / sub).is_dir():
             raise DataError(
@@ -237,7 +238,7 @@ def _imagefolder(cfg, image_size: int) -> DataSet:
             )
     classes, train_paths, train_labels = scan_image_folder(base / train_dir)
     _, val_paths, val_labels = scan_image_folder(base / val_dir, classes)
-    train_tf, eval_tf = build_transforms("imagefolder", cfg, image_size)
+    train_tf, eval_tf = build_transforms(cfg)
     return DataSet(
         "imagefolder",
         ImageSplit(ImageFiles(train_paths), train_labels, train_tf),
@@ -248,23 +249,24 @@ def _imagefolder(cfg, image_size: int) -> DataSet:
     )
 
 
-def load_data(cfg) -> DataSet:
-    """Build the data set named by ``cfg.name`` from its config group entry."""
-    name = cfg.name
-    if name == "mnist":
-        return _mnist()
-    if name == "cifar10":
-        return _cifar10(cfg, int(cfg.get("image_size", 32)))
-    if name == "imagefolder":
+def _synthetic(cfg: SyntheticDataConfig) -> DataSet:
+    size, classes, channels = cfg.image_size, cfg.num_classes, cfg.channels
+    train = SyntheticSplit(cfg.train_samples, classes, channels, size, cfg.seed, 0)
+    test = SyntheticSplit(cfg.test_samples, classes, channels, size, cfg.seed, cfg.train_samples)
+    test.prototypes = train.prototypes
+    return DataSet("synthetic", train, test, classes, (0.5,) * channels, (0.25,) * channels)
+
+
+def load_data(cfg: DataConfig) -> DataSet:
+    """Build the data set ``cfg`` (the ``data`` group, typed: ``lptrain.schema``) describes."""
+    if isinstance(cfg, Cifar10DataConfig):
+        return _cifar10(cfg)
+    if isinstance(cfg, ImageFolderDataConfig):
         if not cfg.root:
             raise DataError("data=imagefolder needs data.root=/path/to/images")
-        return _imagefolder(cfg, int(cfg.get("image_size", 224)))
-    if name == "synthetic":
-        size, classes = int(cfg.image_size), int(cfg.num_classes)
-        train = SyntheticSplit(int(cfg.train_samples), classes, int(cfg.channels), size, int(cfg.seed), 0)
-        test = SyntheticSplit(
-            int(cfg.test_samples), classes, int(cfg.channels), size, int(cfg.seed), int(cfg.train_samples)
-        )
-        test.prototypes = train.prototypes
-        return DataSet("synthetic", train, test, classes, (0.5,) * int(cfg.channels), (0.25,) * int(cfg.channels))
-    raise DataError(f"unknown data set {name!r}; valid data sets: {', '.join(NAMES)}")
+        return _imagefolder(cfg)
+    if isinstance(cfg, SyntheticDataConfig):
+        return _synthetic(cfg)
+    if cfg.name == "mnist":
+        return _mnist()
+    raise DataError(f"unknown data set {cfg.name!r}; valid data sets: {', '.join(NAMES)}")

@@ -27,6 +27,8 @@ import torchvision.transforms.v2.functional as TF
 from PIL import Image
 from torch.nn import functional as F
 
+from lptrain.schema import Cifar10DataConfig, ImageFolderDataConfig
+
 # The evaluation resize of the ImageNet convention: shorter side to 256 for a 224 crop.
 IMAGENET_RESIZE = 256 / 224
 
@@ -122,18 +124,16 @@ class ResizeCentreCrop:
         return TF.pil_to_tensor(_square(image, self.size, self.resize))
 
 
-def build_transforms(name: str, cfg, image_size: int) -> tuple[Transform, Transform]:
-    """The (training, evaluation) transforms of data set ``name`` as its config asks."""
-    default_resize = IMAGENET_RESIZE if name == "imagefolder" else 1.0
-    evaluation = ResizeCentreCrop(image_size, float(cfg.get("eval_resize", default_resize)))
-    if not cfg.get("augment", True):
+def build_transforms(cfg: Cifar10DataConfig | ImageFolderDataConfig) -> tuple[Transform, Transform]:
+    """The (training, evaluation) transforms of a data set of image files as its config asks."""
+    size = cfg.image_size
+    evaluation = ResizeCentreCrop(size, cfg.eval_resize)
+    if not cfg.augment:
         return evaluation, evaluation
-    flip = bool(cfg.get("flip", True))
-    if name == "cifar10":
-        pad = round(int(cfg.get("pad", 4)) * image_size / 32)  # 4 pixels at CIFAR's 32, in proportion elsewhere
-        return PaddedRandomCrop(image_size, pad, flip), evaluation
-    scale = cfg.get("crop_scale", (0.08, 1.0))
-    return RandomResizedCrop(image_size, tuple(scale), flip=flip), evaluation
+    if isinstance(cfg, Cifar10DataConfig):
+        pad = round(cfg.pad * size / 32)  # 4 pixels at CIFAR's 32, in proportion elsewhere
+        return PaddedRandomCrop(size, pad, cfg.flip), evaluation
+    return RandomResizedCrop(size, tuple(cfg.crop_scale), flip=cfg.flip), evaluation
 
 
 def prepare(images: torch.Tensor, channels: int, image_size: int, mean, std) -> torch.Tensor:

@@ -1,12 +1,13 @@
-"""lptrain.settings: the configuration's schema, its checks, and the command line's front door.
+"""lptrain.settings: the configuration's checks, and the command line's front door.
 
-``schema`` holds one dataclass per config group (Hydra structured configs: the YAML files
-in the top-level ``configs/`` are their defaults), ``checks`` the ranges and choices a type
-cannot express, ``preflight`` composes every job of a command line and checks it before
-Hydra creates anything, ``cli_help`` prints ``lptrain --help`` without importing torch, and
+``checks`` turns Hydra's composed configuration into a ``RunConfig`` (the schema's
+dataclasses of ``lptrain.schema``, with what follows from them derived once) or one line
+of ``ConfigError``; ``preflight`` composes every job of a command line and checks it before
+Hydra creates anything; ``cli_help`` prints ``lptrain --help`` without importing torch;
 ``locations`` finds the configs and recipes in a checkout or an installed wheel (and
-``compose_config`` composes a checked configuration for Python callers). ``ConfigError``
-lives in ``lptrain.errors``, where every layer can raise it; it is exported here as well.
+``compose_config`` gives Python callers a checked ``RunConfig``); ``rundirs`` claims run
+folders. ``ConfigError`` lives in ``lptrain.errors``, where every layer can raise it; it is
+exported here as well.
 """
 
 from lptrain.errors import ConfigError

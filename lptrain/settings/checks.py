@@ -1,9 +1,11 @@
 """What the schema's types cannot say: unknown keys added with ``+``, ranges and choices.
 
-``check_config`` raises ``ConfigError`` with one line naming the key, the bad value and
-what is valid. It looks at the configuration only (no data, no model, no device is
-touched beyond asking how many GPUs there are), so the command line runs it for every job
-of a sweep before Hydra creates a folder.
+``check_config`` turns Hydra's composed DictConfig into a ``RunConfig`` (the schema's
+dataclasses, with this process's devices, the replicas, the batch per replica and the sync
+strategy worked out once), or raises ``ConfigError`` with one line naming the key, the bad
+value and what is valid. It looks at the configuration only (no data, no model, no device
+is touched beyond asking how many GPUs there are), so the command line runs it for every
+job of a sweep before Hydra creates a folder, and hands each job its ``RunConfig``.
 """
 
 from __future__ import annotations
@@ -15,11 +17,22 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from lptrain.errors import ConfigError
-from lptrain.settings.schema import GROUPS
+from lptrain.schema import (
+    GROUPS,
+    AutoOptions,
+    DataConfig,
+    LpOptions,
+    ModelConfig,
+    OptimConfig,
+    ScheduleOptions,
+    SyntheticDataConfig,
+    TrainerConfig,
+)
+from lptrain.train.run_config import RunConfig
 
-DEVICE_TYPES = ("auto", "cpu", "cuda")
 # Training-set sizes known without reading the data (in-memory sets and CIFAR-10).
 KNOWN_TRAIN_SIZES = {"mnist": 4500, "cifar10": 50000}
 
@@ -76,7 +89,7 @@ def _choice(key: str, value: Any, choices: Sequence[str]) -> None:
         raise ConfigError(f"{key}={value} is not valid{hint}; valid choices: {', '.join(choices)}")
 
 
-def check_optim(o: DictConfig) -> None:
+def check_optim(o: OptimConfig) -> None:
     from lptrain.train.schedule import SCHEDULES
 
     _range("optim.lr", o.lr, lambda v: v > 0, "use a positive learning rate such as 0.01")
@@ -95,15 +108,16 @@ def check_optim(o: DictConfig) -> None:
 FLOAT_TYPES = ("fp32", "bf16", "fp16")
 
 
-def check_trainer(t: DictConfig, processes: int) -> int:
-    """The trainer's values; returns the number of replicas in all processes."""
-    from lptrain.train.trainer import SYNC_MODES
+def check_modes(t: TrainerConfig) -> None:
+    """The trainer's choices of sync mode and precision."""
+    from lptrain.train.sync import SYNC_MODES
 
     _choice("trainer.sync", t.sync, SYNC_MODES)
     _choice("trainer.precision", t.precision, FLOAT_TYPES)
-    from lptrain.train.devices import resolve_devices
 
-    replicas = len(resolve_devices(t.devices, t.device_type)) * processes
+
+def check_trainer(t: TrainerConfig, replicas: int) -> None:
+    """The trainer's values, for ``replicas`` replicas in all processes."""
     _range("trainer.steps", t.steps, lambda v: v >= 1, "use a positive number of steps")
     _range("trainer.epochs", t.epochs, lambda v: v > 0, "use a positive number of epochs, or null", True)
     if t.global_batch is not None:
@@ -133,27 +147,45 @@ def check_trainer(t: DictConfig, processes: int) -> int:
     _range("trainer.checkpoint_every", t.checkpoint_every, lambda v: v >= 0, "use a number of steps, or 0 for none")
     _range("trainer.comm_timeout_s", t.comm_timeout_s, lambda v: v > 0, "use a positive number of seconds")
     check_profile(t)
-    return replicas
 
 
-def check_profile(t: DictConfig) -> None:
+def check_profile(t: TrainerConfig) -> None:
     from lptrain.train.profiling import parse_step_range
 
-    steps = parse_step_range(t.get("profile"))
+    steps = parse_step_range(t.profile)
     if steps is not None and t.epochs is None and steps[1] > t.steps:
         raise _bad("trainer.profile", t.profile, f"the run has {t.steps} steps: use steps from 1 to {t.steps}")
 
 
-def check_comm(c: DictConfig, replicas: int) -> None:
-    from lptrain.comm.algorithms import lp
-    from lptrain.comm.errors import CollectiveInputError
+def check_comm(c, replicas: int) -> None:
+    """``comm``: the name, the dtype, and each option its options class has."""
     from lptrain.comm.registry import NAMES
-    from lptrain.comm.sizes import parse_size
 
     _choice("comm.name", c.name, NAMES)
     _choice("comm.grad_dtype", c.grad_dtype, FLOAT_TYPES)
     options = c.options
-    if "block_size" in options and options.block_size != "auto":
+    if isinstance(options, ScheduleOptions):
+        _check_schedule_options(options)
+    if isinstance(options, LpOptions):
+        _check_lp_options(options, replicas)
+    if isinstance(options, AutoOptions):
+        _check_auto_options(options)
+
+
+def _check_schedule_options(options: ScheduleOptions) -> None:
+    from lptrain.comm.cuda_graph import CUDA_GRAPH_MODES
+    from lptrain.comm.peer_kernel import REDUCE_KERNELS
+
+    _choice("comm.options.reduce_kernel", options.reduce_kernel, REDUCE_KERNELS)
+    _choice("comm.options.cuda_graph", options.cuda_graph, CUDA_GRAPH_MODES)
+
+
+def _check_lp_options(options: LpOptions, replicas: int) -> None:
+    from lptrain.comm.algorithms import lp
+    from lptrain.comm.errors import CollectiveInputError
+    from lptrain.comm.sizes import parse_size
+
+    if options.block_size != "auto":
         try:
             if parse_size(options.block_size, "block_size") < 1:
                 raise CollectiveInputError("")
@@ -161,31 +193,11 @@ def check_comm(c: DictConfig, replicas: int) -> None:
             raise _bad(
                 "comm.options.block_size", options.block_size, "use a size in bytes (65536, 64K, 4M) or auto"
             ) from None
-    if "allreduce" in options:
-        _choice("comm.options.allreduce", options.allreduce, lp.ALLREDUCE_MODES)
-    if "reduce_kernel" in options:
-        from lptrain.comm.peer_kernel import REDUCE_KERNELS
-
-        _choice("comm.options.reduce_kernel", options.reduce_kernel, REDUCE_KERNELS)
-    if "cuda_graph" in options:
-        from lptrain.comm.cuda_graph import CUDA_GRAPH_MODES
-
-        _choice("comm.options.cuda_graph", options.cuda_graph, CUDA_GRAPH_MODES)
-    if options.get("topology") is not None:
-        from lptrain.sim.topology import TOPOLOGIES
-
-        _choice("comm.options.topology", options.topology, list(TOPOLOGIES))
-    if options.get("tuning") is not None:
-        from lptrain.comm.tuning import TuningTable
-
-        try:
-            TuningTable.load(options.tuning)
-        except CollectiveInputError as err:
-            raise ConfigError(f"comm.options.tuning={options.tuning} is not valid: {err}") from None
-    if options.get("order") is not None:
+    _choice("comm.options.allreduce", options.allreduce, lp.ALLREDUCE_MODES)
+    if options.order is not None:
         try:
             lp.check_order(list(options.order), replicas)
-        except CollectiveInputError:
+        except ValueError:
             raise _bad(
                 "comm.options.order",
                 list(options.order),
@@ -193,7 +205,23 @@ def check_comm(c: DictConfig, replicas: int) -> None:
             ) from None
 
 
-def check_model(m: DictConfig) -> None:
+def _check_auto_options(options: AutoOptions) -> None:
+    from lptrain.comm.errors import CollectiveInputError
+
+    if options.topology is not None:
+        from lptrain.sim.topology import TOPOLOGIES
+
+        _choice("comm.options.topology", options.topology, list(TOPOLOGIES))
+    if options.tuning is not None:
+        from lptrain.comm.tuning import TuningTable
+
+        try:
+            TuningTable.load(options.tuning)
+        except CollectiveInputError as err:
+            raise ConfigError(f"comm.options.tuning={options.tuning} is not valid: {err}") from None
+
+
+def check_model(m: ModelConfig) -> None:
     from lptrain.models import INITS, NAMES, check_image_size
 
     _choice("model.name", m.name, NAMES)
@@ -204,17 +232,19 @@ def check_model(m: DictConfig) -> None:
         raise ConfigError(f"model.image_size={m.image_size} is not valid; {err}") from None
 
 
-def check_data(d: DictConfig, global_batch: int) -> None:
+def check_data(d: DataConfig, global_batch: int) -> None:
     from lptrain.data.datasets import NAMES
 
     _choice("data.name", d.name, NAMES)
     _range("data.workers", d.workers, lambda v: v >= 0, "use 0, a number of worker processes, or null (auto)", True)
-    if d.name == "synthetic":
-        for key in ("channels", "num_classes", "train_samples", "test_samples"):
-            _range(f"data.{key}", d[key], lambda v: v >= 1, "use a positive number")
+    if isinstance(d, SyntheticDataConfig):
+        counts = {"channels": d.channels, "num_classes": d.num_classes}
+        counts |= {"train_samples": d.train_samples, "test_samples": d.test_samples}
+        for key, value in counts.items():
+            _range(f"data.{key}", value, lambda v: v >= 1, "use a positive number")
     if d.name == "imagefolder" and not d.root:
         raise ConfigError("data.root=null is not valid; data=imagefolder needs data.root=/path/to/images")
-    size = d.train_samples if d.name == "synthetic" else KNOWN_TRAIN_SIZES.get(d.name)
+    size = d.train_samples if isinstance(d, SyntheticDataConfig) else KNOWN_TRAIN_SIZES.get(d.name)
     if size is not None and global_batch > size:
         raise ConfigError(
             f"the global batch ({global_batch} images) is larger than data={d.name}'s training set ({size} images); "
@@ -240,15 +270,37 @@ def check_resume(path: str | None) -> None:
         )
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Every check that needs only the configuration; raises ``ConfigError``."""
+def typed_groups(cfg: DictConfig) -> dict[str, Any]:
+    """The composed groups as the schema's dataclasses (interpolations such as
+    ``data.image_size: ${model.image_size}`` resolved); a value that cannot be read is one line."""
+    try:
+        return {str(name): OmegaConf.to_object(cfg[name]) for name in GROUPS}
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "the configuration"
+        raise ConfigError(f"{key} cannot be read: {' '.join(str(err).split())}") from None
+
+
+def check_config(cfg: DictConfig) -> RunConfig:
+    """Every check that needs only the configuration; the checked configuration, typed, with
+    its derived values computed here once. Raises ``ConfigError``."""
+    from lptrain.comm.devices import parse_devices
+    from lptrain.train.devices import resolve_devices
+    from lptrain.train.sync import SYNC_STRATEGIES
+
     check_known_keys(cfg)
+    groups = typed_groups(cfg)
     processes = int(os.environ.get("WORLD_SIZE", "1")) if "RANK" in os.environ else 1
-    t = cfg.trainer
-    replicas = check_trainer(t, processes)
-    global_batch = t.global_batch if t.global_batch is not None else t.batch_per_device * replicas
-    check_optim(cfg.optim)
-    check_comm(cfg.comm, replicas)
-    check_model(cfg.model)
-    check_data(cfg.data, global_batch)
+    t: TrainerConfig = groups["trainer"]
+    check_modes(t)  # before the devices, as a reader goes down the group
+    devices = tuple(parse_devices(resolve_devices(t.devices, t.device_type)))  # the one place they are resolved
+    replicas = len(devices) * processes
+    check_trainer(t, replicas)
+    per_device = t.global_batch // replicas if t.global_batch is not None else t.batch_per_device
+    check_optim(groups["optim"])
+    check_comm(groups["comm"], replicas)
+    check_model(groups["model"])
+    check_data(groups["data"], per_device * replicas)
     check_resume(t.resume)
+    return RunConfig(
+        **groups, devices=devices, processes=processes, per_device_batch=per_device, sync=SYNC_STRATEGIES[t.sync]
+    )

@@ -1,6 +1,6 @@
 """``lptrain --help``: the groups, their choices and every option with one line each.
 
-Built from the schema (``lptrain.settings.schema``) and the YAML defaults, importing
+Built from the schema (``lptrain.schema``), where every default is stated, importing
 neither torch nor Hydra, so it prints at once. ``lptrain --hydra-help`` still gives
 Hydra's own help.
 """
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lptrain.schema import GROUPS, SCHEMAS, field_help
 from lptrain.settings.locations import configs_dir, recipe_names
-from lptrain.settings.schema import GROUPS, SCHEMAS, field_help
-from lptrain.train.log import flatten
 
 USAGE = """\
 usage: lptrain [-m] [GROUP=CHOICE ...] [KEY=VALUE ...] [+recipe=NAME]
@@ -31,12 +30,15 @@ run's files could not be written, 130/143 Ctrl-C/SIGTERM (checkpoint saved).
 """
 
 
-def _defaults(group: str, choice: str) -> dict[str, Any]:
+def _chosen_schema(group: str, choice: str) -> type | None:
+    """The schema class that option file ``group/choice.yaml`` names in its defaults list."""
     import yaml
 
     path = configs_dir() / group / f"{choice}.yaml"
     data = yaml.safe_load(path.read_text()) if path.exists() else None
-    return data if isinstance(data, dict) else {}
+    listed = data.get("defaults", []) if isinstance(data, dict) else []
+    names = [entry for entry in listed if isinstance(entry, str) and entry.startswith("schema")]
+    return SCHEMAS.get((group, names[0])) if names else None
 
 
 def _show(value: Any) -> str:
@@ -63,7 +65,8 @@ def render_help() -> str:
         for schema_name, cls in schemas.items():
             for name, value, text in field_help(cls):
                 seen.setdefault(name, (value, text, []))[2].append(schema_name.removeprefix("schema_"))
-        values = flatten(_defaults(group, default))  # its defaults list is not an option
+        option = _chosen_schema(group, default)
+        values = {name: value for name, value, _ in field_help(option)} if option is not None else {}
         for name, (value, text, owners) in seen.items():
             shown = _show(values.get(name, value))
             shown = "(required)" if "MISSING" in shown else shown

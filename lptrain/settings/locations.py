@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from lptrain.train.run_config import RunConfig
+
 PACKAGE = Path(__file__).resolve().parent.parent
 RECIPE_GROUP = "recipe"
 
@@ -81,7 +83,7 @@ def register_all() -> None:
 
     Once per process: Hydra's ConfigStore keeps what is stored, so composing many jobs
     (a sweep's preflight) does not read and parse the recipe files again for each."""
-    from lptrain.settings.schema import register
+    from lptrain.schema import register
 
     register()
     register_recipes()
@@ -97,19 +99,22 @@ def hydra_context() -> Iterator[None]:
         yield
 
 
-def compose_config(overrides: Sequence[str] = (), check: bool = True) -> DictConfig:
-    """The configuration ``lptrain OVERRIDES`` would run with (without Hydra's own node).
+def compose(overrides: Sequence[str] = ()) -> DictConfig:
+    """What Hydra composes for ``lptrain OVERRIDES`` (without Hydra's own node), unchecked:
+    for the preflight, which checks it, and for scripts that only read what a command
+    line would choose."""
+    from hydra import compose as hydra_compose
+
+    with hydra_context():
+        return hydra_compose("config", overrides=list(overrides))
+
+
+def compose_config(overrides: Sequence[str] = ()) -> RunConfig:
+    """The checked configuration ``lptrain OVERRIDES`` would run with, as typed values.
 
     Checked as the command line checks it (``lptrain.settings.checks.check_config``: a bad
     value is a ``ConfigError`` of one line), so that what Python callers hand to
-    ``lptrain.train.trainer.Trainer`` is as sound as what the command line runs; ``check=False``
-    composes only (for a caller that checks itself, or only reads the values)."""
-    from hydra import compose
+    ``lptrain.train.trainer.Trainer`` is as sound as what the command line runs."""
+    from lptrain.settings.checks import check_config
 
-    with hydra_context():
-        cfg = compose("config", overrides=list(overrides))
-    if check:
-        from lptrain.settings.checks import check_config
-
-        check_config(cfg)
-    return cfg
+    return check_config(compose(overrides))

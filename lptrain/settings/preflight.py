@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 
 from omegaconf import DictConfig
 
 from lptrain.errors import ConfigError
 from lptrain.settings.checks import check_config
-from lptrain.settings.locations import compose_config, register_all
+from lptrain.settings.locations import compose, register_all
+from lptrain.train.run_config import RunConfig
 
 _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
 # Hydra flags that print a configuration instead of running it, with the flags' own values:
@@ -76,19 +77,40 @@ def sweep_shown(args: Sequence[str]) -> bool:
     return multirun and any(flag in ("--cfg", "-c") and value == "job" for flag, value in pairs)
 
 
-def print_sweep(jobs: Sequence[tuple[list[str], DictConfig]]) -> None:
+def task_overrides(overrides: Sequence[str]) -> tuple[str, ...]:
+    """The overrides Hydra reports as the job's own (``hydra.overrides.task``): those of
+    ``hydra.*`` and the ``hydra/...`` groups are Hydra's."""
+    own = []
+    for override in overrides:
+        key = override.lstrip("+~").split("=", 1)[0]
+        if not (key == "hydra" or key.startswith(("hydra.", "hydra/"))):
+            own.append(override)
+    return tuple(own)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a command line: its overrides, what Hydra composes for them, and that
+    configuration checked (the ``RunConfig`` the job then runs with)."""
+
+    overrides: list[str]
+    composed: DictConfig
+    config: RunConfig
+
+
+def print_sweep(jobs: Sequence[Job]) -> None:
     """Each job's configuration as ``preflight`` composed and checked it, under a line naming
     its overrides."""
     from omegaconf import OmegaConf
 
-    for number, (overrides, cfg) in enumerate(jobs):
-        print(f"# job {number}: {' '.join(overrides)}")
-        print(OmegaConf.to_yaml(cfg))
+    for number, job in enumerate(jobs):
+        print(f"# job {number}: {' '.join(job.overrides)}")
+        print(OmegaConf.to_yaml(job.composed))
 
 
-def preflight(args: Sequence[str]) -> list[tuple[list[str], DictConfig]]:
-    """Compose and check every job of ``args``: each job's overrides and configuration (none
-    when Hydra answers alone, as for ``--info``). Raises ``ConfigError``."""
+def preflight(args: Sequence[str]) -> list[Job]:
+    """Compose and check every job of ``args`` (none when Hydra answers alone, as for
+    ``--info``). Raises ``ConfigError``."""
     register_all()
     try:
         jobs = job_overrides(args)
@@ -99,11 +121,10 @@ def preflight(args: Sequence[str]) -> list[tuple[list[str], DictConfig]]:
     checked = []
     for overrides in jobs or []:
         try:
-            cfg = compose_config(overrides, check=False)  # Hydra's words made one line; then ours
+            cfg = compose(overrides)  # Hydra's words made one line; then ours
         except Exception as err:
             raise ConfigError(one_line(err)) from None
-        check_config(cfg)
-        checked.append((overrides, cfg))
+        checked.append(Job(overrides, cfg, check_config(cfg)))
     return checked
 
 

@@ -114,12 +114,10 @@ def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def run_hparams(cfg) -> dict[str, Any]:
-    """Every option of the run, flattened (``comm.options.block_size``, ``trainer.bucket_mb``, ...)."""
-    from omegaconf import OmegaConf
-
-    options = flatten(OmegaConf.to_container(cfg, resolve=True))
-    return {key: "null" if value is None else value for key, value in options.items()}
+def run_hparams(groups: dict[str, Any]) -> dict[str, Any]:
+    """Every option of the run (``RunConfig.groups()``), flattened (``comm.options.block_size``,
+    ``trainer.bucket_mb``, ...)."""
+    return {key: "null" if value is None else value for key, value in flatten(groups).items()}
 
 
 def _eta(seconds: float) -> str:

@@ -8,6 +8,9 @@ and keep the parameters identical everywhere. Two ways to synchronise, both exac
 * ``allreduce``: allreduce the gradients, then every replica takes the same step.
 * ``reduce``: reduce the gradients to the root, update there, broadcast the parameters
   (the paper's formulation).
+
+Each is a strategy (``lptrain.train.sync``) that the step calls; the trainer takes a
+checked ``RunConfig`` (``lptrain.train.run_config``) and reads typed values only.
 """
 
 from __future__ import annotations
@@ -19,17 +22,15 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from omegaconf import DictConfig, OmegaConf
 
 from lptrain.comm import build_communicator
 from lptrain.comm.auto import AutoCommunicator
-from lptrain.comm.devices import parse_devices
 from lptrain.comm.hierarchical import HierarchicalCommunicator
 from lptrain.comm.ranges import collective_range, phase_range
 from lptrain.data import (
@@ -51,22 +52,20 @@ from lptrain.train.checkpoint import (
     remove_stale_temporaries,
     save_checkpoint,
 )
-from lptrain.train.devices import resolve_devices
 from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
 from lptrain.train.overlap import OverlappedReduction, default_bucket_mb, gradient_buckets
 from lptrain.train.precision import PRECISIONS, LossScaler, autocast, check_precision
 from lptrain.train.profiling import StepProfiler, parse_step_range
 from lptrain.train.replicas import Replicas
+from lptrain.train.run_config import RunConfig
 from lptrain.train.schedule import learning_rate
 from lptrain.train.seeding import replica_seed, reseeds_per_step, seed_device
 from lptrain.train.stepstats import interval_mean, mean_std, timed
+from lptrain.train.sync import SYNC_MODES
 from lptrain.train.timing import PhaseTimer
 
-__all__ = ["SYNC_MODES", "ConfigError", "Summary", "Trainer"]
-
-# trainer.sync: allreduce the gradients, or reduce them to the root and broadcast the parameters
-SYNC_MODES = ("allreduce", "reduce")
+__all__ = ["SYNC_MODES", "ConfigError", "RunConfig", "Summary", "Trainer"]
 
 # After a failed step, how long to let a collective already running on the communication
 # thread finish (in one process, moments; across processes it may wait on a peer that is
@@ -99,12 +98,12 @@ class Summary:
     checkpoint: str | None
     interrupted_by: int = 0  # the signal that stopped the run early (SIGINT 2, SIGTERM 15), 0 when it ran out
 
-    def render(self, cfg: DictConfig, num_params: int) -> str:
+    def render(self, config: RunConfig, num_params: int) -> str:
         acc = f"{100 * self.eval_accuracy:.2f}%" if self.eval_accuracy is not None else "n/a"
         lines = [
             "",
-            f"=== lptrain summary: {cfg.model.name} ({num_params / 1e6:.2f}M parameters) on {cfg.data.name} ===",
-            f"  communicator    {cfg.comm.name} ({cfg.trainer.sync}) over {self.devices}",
+            f"=== lptrain summary: {config.model.name} ({num_params / 1e6:.2f}M parameters) on {config.data.name} ===",
+            f"  communicator    {config.comm.name} ({config.sync.name}) over {self.devices}",
             f"  steps           {self.steps} in {self.wall_s:.1f} s, {self.images_per_s:.0f} images/s"
             f" (wall clock of {self.train_s:.1f} s of training, evaluation excluded)",
             f"  final loss      {self.final_loss:.4f} (train accuracy {100 * self.final_train_accuracy:.1f}%)",
@@ -141,64 +140,50 @@ def _announce(progress: Progress, log: RunLog, tag: str, prefix: str, lines: lis
 
 
 class Trainer:
-    """Train as ``cfg`` says, writing into ``run_dir``.
+    """Train as ``config`` says, writing into ``run_dir``.
 
-    ``cfg`` is a checked configuration: ``lptrain.settings.locations.compose_config`` checks
-    what it composes (``lptrain.settings.checks.check_config``) and the command line checks
-    every job, so a value out of range never reaches here. A configuration built another way
-    (edited after composing, or made by hand) goes through ``check_config`` first. What only
+    ``config`` is a checked configuration (``lptrain.settings.locations.compose_config``, or
+    the command line's preflight, made it with ``check_config``), so a value out of range
+    never reaches here, and the devices, batches and sync strategy come worked out. What only
     the devices, the data or the checkpoint can tell is checked here, as ``ConfigError``.
     """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-        t = cfg.trainer
-        self.devices = parse_devices(resolve_devices(t.devices, t.device_type))
-        timeout_s = float(t.get("comm_timeout_s", 300))
-        self.rank, self.nprocs = init_from_environment(list(self.devices), timeout_s)
-        p = len(self.devices) * self.nprocs  # replicas in all processes
-        self.per_device = self._per_device_batch(t, p)
-        self.global_batch = self.per_device * p
-        self.local_batch = self.per_device * len(self.devices)
-        self.comm = self._communicator(cfg, timeout_s, bool(t.get("check_desync", True)))
+    def __init__(self, config: RunConfig, run_dir: Path) -> None:
+        self.config, self.run_dir = config, Path(run_dir)
+        t = config.trainer
+        self.devices, self.sync = list(config.devices), config.sync
+        self.rank, self.nprocs = init_from_environment(self.devices, t.comm_timeout_s)
+        self.global_batch, self.local_batch = config.global_batch, config.local_batch  # images per step
+        self.comm = self._communicator(config, t.comm_timeout_s, t.check_desync)
         # check_config has vetted the model's name and image size (before any data is read)
-        self.spec, self.image_size = SPECS[cfg.model.name], int(cfg.model.image_size)
-        self.workers = resolve_workers(cfg.data.get("workers"))
+        self.spec, self.image_size = SPECS[config.model.name], config.model.image_size
+        self.workers = resolve_workers(config.data.workers)
         self.pin_memory = any(d.type == "cuda" for d in self.devices)  # for non-blocking copies to the GPUs
-        self.data = load_data(cfg.data)
-        self.steps = (
-            epochs_to_steps(t.epochs, len(self.data.train), self.global_batch) if t.get("epochs") else int(t.steps)
-        )
+        self.data = load_data(config.data)
+        self.steps = epochs_to_steps(t.epochs, len(self.data.train), self.global_batch) if t.epochs else t.steps
         # stop_at ends this run early without changing the run: the learning-rate schedule
         # and the data order still span trainer.steps, so a resume continues it exactly.
-        self.stop_at = self.steps if t.get("stop_at") is None else int(t.stop_at)
+        self.stop_at = self.steps if t.stop_at is None else t.stop_at
         if not 1 <= self.stop_at <= self.steps:
             raise ConfigError(f"trainer.stop_at={t.stop_at} is not valid; use a step from 1 to {self.steps} or null")
-        torch.manual_seed(int(t.seed))  # the model's initialisation: the same in every process
+        torch.manual_seed(t.seed)  # the model's initialisation: the same in every process
         self.reseed = reseeds_per_step(self.devices, self.nprocs)
-        model = build_model(
-            cfg.model.name, self.data.num_classes, self.image_size, init=str(cfg.model.get("init", "default"))
-        )
+        model = build_model(config.model.name, self.data.num_classes, self.image_size, init=config.model.init)
         self.replicas = Replicas(model, self.devices)
-        o = cfg.optim
-        owners = self.replicas.models if t.sync == "allreduce" else self.replicas.models[:1]
+        o = config.optim
         self.optimizers = [
             torch.optim.SGD(
-                m.parameters(),
-                lr=o.lr,
-                momentum=o.momentum,
-                weight_decay=o.weight_decay,
-                nesterov=bool(o.get("nesterov", False)),
+                m.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, nesterov=o.nesterov
             )
-            for m in owners
+            for m in self.sync.updated(self.replicas.models)  # the replicas that take the update
         ]
-        self.precision = str(t.precision)
+        self.precision = t.precision
         problem = check_precision(self.devices[0].type, self.precision)
         if problem:
             raise ConfigError(f"trainer.precision={self.precision} is not valid: {problem}; use fp32 or bf16")
         self.scaler = LossScaler(self.precision == "fp16")
-        self.grad_dtype = PRECISIONS[str(cfg.comm.grad_dtype)]
-        self.bucket_mb = default_bucket_mb(t.get("bucket_mb"), self.devices[0].type)
+        self.grad_dtype = PRECISIONS[config.comm.grad_dtype]
+        self.bucket_mb = default_bucket_mb(t.bucket_mb, self.devices[0].type)
         self.buckets = self._buckets(self.bucket_mb)
         # Overlap: each bucket's collective starts on a communication thread as soon as
         # every replica has produced its gradients, while backward continues.
@@ -208,7 +193,7 @@ class Trainer:
             else None
         )
         self.start_step = 0
-        if t.get("resume"):
+        if t.resume:
             self._restore(load_checkpoint(t.resume))
         self._stop_requested, self._stop_signal = False, 0
         self._abort_requested = False  # a second Ctrl-C or SIGTERM: stop at once, without saving
@@ -220,9 +205,9 @@ class Trainer:
         """Rank 0 logs, evaluates and checkpoints; the other processes only train."""
         return self.rank == 0
 
-    def _communicator(self, cfg: DictConfig, timeout_s: float, check_desync: bool):
-        options = OmegaConf.to_container(cfg.comm.options, resolve=True) if cfg.comm.get("options") else {}
-        name = cfg.comm.name
+    def _communicator(self, config: RunConfig, timeout_s: float, check_desync: bool):
+        options = asdict(config.comm.options)
+        name = config.comm.name
         if not dist.is_initialized():  # one process; under torchrun even one process joins its group
             return build_communicator(name, self.devices, **options)
         # Under torchrun: the algorithm inside the process over its devices, and across the
@@ -245,12 +230,11 @@ class Trainer:
             "across processes, ": getattr(self.comm, "remote", None),
         }
         autos = {prefix: c for prefix, c in where.items() if isinstance(c, AutoCommunicator)}
-        reduction = "allreduce" if self.cfg.trainer.sync == "allreduce" else "reduce"
+        param_itemsize = self.replicas.params[0].element_size()
         for start, stop in self.buckets:
-            for auto in autos.values():
-                auto.prepare(reduction, (stop - start) * self.grad_dtype.itemsize)
-                if reduction == "reduce":
-                    auto.prepare("broadcast", (stop - start) * self.replicas.params[0].element_size())
+            for op, nbytes in self.sync.messages(stop - start, self.grad_dtype.itemsize, param_itemsize):
+                for auto in autos.values():
+                    auto.prepare(op, nbytes)
         return [prefix + line for prefix, auto in autos.items() for line in auto.describe()]
 
     def _kernel_choices(self) -> list[str]:
@@ -267,12 +251,6 @@ class Trainer:
             lines.append(f"{remote.name} across processes: {sized} {measured}")
         return lines
 
-    @staticmethod
-    def _per_device_batch(t: DictConfig, p: int) -> int:
-        if t.get("global_batch"):  # check_config has made sure it splits across the p replicas
-            return int(t.global_batch) // p
-        return int(t.batch_per_device)
-
     def _buckets(self, bucket_mb) -> list[tuple[int, int]]:
         """Whole parameters, from the last to the first (the order backward produces them),
         at least ``bucket_mb`` each; the same buckets with and without overlap."""
@@ -284,7 +262,7 @@ class Trainer:
         """One line for the run's first lines: how the gradient is cut, and where that came from."""
         if self.bucket_mb is None:
             return "gradient in one bucket (trainer.bucket_mb unset): its collective starts when backward has ended"
-        given = "" if self.cfg.trainer.get("bucket_mb") is not None else ", the default on GPUs as in DDP"
+        given = "" if self.config.trainer.bucket_mb is not None else ", the default on GPUs as in DDP"
         largest = max(b - a for a, b in self.buckets) * self.grad_dtype.itemsize / 2**20
         when = "each started while backward still runs" if self.overlap is not None else "after backward (overlap off)"
         return (
@@ -293,19 +271,15 @@ class Trainer:
         )
 
     def _reduce_bucket(self, k: int) -> None:
-        """Average bucket ``k`` of the gradients: allreduce, or reduce to the root; in
-        ``comm.grad_dtype`` when that is narrower (summed in float32, cast back)."""
+        """Average bucket ``k`` of the gradients as the sync strategy says (allreduce, or reduce
+        to the root); in ``comm.grad_dtype`` when that is narrower (summed in float32, cast back)."""
         a, b = self.buckets[k]
         grads = [g[a:b] for g in self.replicas.grads]
         sent = grads if self.grad_dtype == grads[0].dtype else [g.to(self.grad_dtype) for g in grads]
-        op = self.cfg.trainer.sync
-        with collective_range(op, self.comm.name, (b - a) * sent[0].element_size(), k):
-            if op == "allreduce":
-                self.comm.allreduce(sent, op="avg")
-            else:
-                self.comm.reduce(sent, root=0, op="avg")
+        with collective_range(self.sync.reduction, self.comm.name, (b - a) * sent[0].element_size(), k):
+            self.sync.reduce_gradients(self.comm, sent)
         if sent is not grads:
-            for g, s in zip(grads, sent if self.cfg.trainer.sync == "allreduce" else sent[:1]):
+            for g, s in zip(self.sync.updated(grads), self.sync.updated(sent)):
                 g.copy_(s)
 
     # -- one iteration ---------------------------------------------------------------------
@@ -317,24 +291,42 @@ class Trainer:
         with phase_range("data"):
             images, labels = next(batches)  # 1. the batch, and how long the input pipeline kept us waiting
         data_ms = (time.perf_counter() - began) * 1e3
+        self._set_learning_rate(step)
         p, reps = self.replicas.world_size, self.replicas
-        for opt in self.optimizers:
-            for group in opt.param_groups:
-                group["lr"] = self.lr(step)
         shards = list(zip(images.chunk(p), labels.chunk(p)))
 
         timer.start("comm_buffers")
         for dtype in reps.buffers[0]:  # batch-norm statistics follow the root
             self.comm.broadcast([b[dtype] for b in reps.buffers], root=0)
         timer.stop("comm_buffers")
-        timer.start("compute")  # 2. forward and backward on every replica's slice ...
-        reps.zero_grad()
-        if self.overlap is not None:  # ... the buckets' collectives starting as their gradients are ready
+        timer.start("compute")  # 2. forward and backward on every replica's slice, and
+        results, grads_ms = self._forward_backward_reduce(step, shards, timer)  # 3. average the sub-gradients
+        timer.start("update")  # 4. update where the sync strategy says (every replica, or the root) ...
+        grad_norm = self._update()
+        timer.stop("update")
+        timer.start("comm_params")  # ... and, when only the root stepped, broadcast the weights from it
+        self.sync.broadcast_parameters(self.comm, reps.params, self.buckets)
+        timer.stop("comm_params")
+        return self._step_values(step, results, timer.elapsed_ms(), grads_ms, data_ms, began, grad_norm)
+
+    def _set_learning_rate(self, step: int) -> None:
+        for opt in self.optimizers:
+            for group in opt.param_groups:
+                group["lr"] = self.lr(step)
+
+    def _forward_backward_reduce(self, step: int, shards, timer: PhaseTimer) -> tuple[list, float | None]:
+        """Forward and backward on every replica (timed as ``compute``), then the gradients'
+        collectives (``comm``): with overlap each bucket's started as soon as its gradients
+        were ready, and here only what is left is waited for. The replicas' (loss, correct)
+        and, with overlap, how long the gradients' collectives took in all."""
+        self.replicas.zero_grad()
+        if self.overlap is not None:
             self.overlap.begin()
         try:
-            results = reps.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
+            results = self.replicas.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
             timer.stop("compute")
-            timer.start("comm")  # 3. average the sub-gradients (with overlap: wait for what is left)
+            timer.start("comm")
+            grads_ms = None
             if self.overlap is not None:
                 self.overlap.backward_done()
                 grads_ms = self.overlap.wait()
@@ -346,7 +338,11 @@ class Trainer:
                 self.overlap.abort(timeout_s=OVERLAP_ABORT_WAIT_S)
             raise
         timer.stop("comm")
-        timer.start("update")  # 4. update: everywhere, or on the root ...
+        return results, grads_ms
+
+    def _update(self) -> float | None:
+        """Step the optimizers of the replicas holding the average (unless fp16 overflowed);
+        the gradient's norm when it is clipped."""
         overflow = self._unscale_gradients()
         grad_norm = None
         if not overflow:
@@ -354,21 +350,18 @@ class Trainer:
             for opt in self.optimizers:
                 opt.step()
         self.scaler.update(overflow)
-        timer.stop("update")
-        timer.start("comm_params")  # ... and then broadcast the weights from it
-        if self.cfg.trainer.sync == "reduce":
-            for a, b in self.buckets:
-                self.comm.broadcast([w[a:b] for w in reps.params], root=0)
-        timer.stop("comm_params")
+        return grad_norm
 
-        ms = timer.elapsed_ms()
+    def _step_values(self, step, results, ms, grads_ms, data_ms, began, grad_norm) -> dict[str, float]:
+        """What a step logs: the loss and accuracy over every process, and the phases' times."""
+        p = self.replicas.world_size
         loss = sum(float(r[0]) for r in results) / p
         correct = sum(int(r[1]) for r in results)
         if self.nprocs > 1:
             loss, correct = sum_across([loss, correct], self.devices[0], f"the loss sum of step {step + 1}")
             loss /= self.nprocs
         other_ms = ms["comm_params"] + ms["comm_buffers"]  # not overlapped
-        comm_ms = (grads_ms if self.overlap is not None else ms["comm"]) + other_ms
+        comm_ms = (grads_ms if grads_ms is not None else ms["comm"]) + other_ms
         exposed_ms = ms["comm"] + other_ms  # what the step waited for
         wall_ms = (time.perf_counter() - began) * 1e3  # the whole iteration, data wait included
         values = {
@@ -397,11 +390,10 @@ class Trainer:
             return False
         overflow = self.scaler.found_overflow(self.replicas.grads[0])
         if self.nprocs > 1:  # in reduce mode only rank 0 holds the sum: its answer counts
-            counts = self.cfg.trainer.sync == "allreduce" or self.rank == 0
+            counts = self.sync.overflow_counts(self.rank)
             overflow = any_across(overflow and counts, self.devices[0], "the fp16 overflow check")
         if not overflow:
-            grads = self.replicas.grads
-            self.scaler.unscale(grads if self.cfg.trainer.sync == "allreduce" else grads[:1])
+            self.scaler.unscale(self.sync.updated(self.replicas.grads))
         return overflow
 
     def _clip_gradients(self) -> float | None:
@@ -414,21 +406,21 @@ class Trainer:
         broadcast overwrites the rest), and the same factor is applied wherever an optimizer
         steps, so the replicas stay identical.
         """
-        limit = self.cfg.optim.get("clip_grad_norm")
+        limit = self.config.optim.clip_grad_norm
         if limit is None:
             return None
         grads = self.replicas.grads
         norm = float(torch.linalg.vector_norm(grads[0]))
-        if norm > float(limit):
-            scale = float(limit) / (norm + 1e-6)
-            for g in grads if self.cfg.trainer.sync == "allreduce" else grads[:1]:
+        if norm > limit:
+            scale = limit / (norm + 1e-6)
+            for g in self.sync.updated(grads):
                 g.mul_(scale)
         return norm
 
     def _forward_backward(self, rank: int, model, images: torch.Tensor, labels: torch.Tensor, step: int):
         device = self.devices[rank]
         if self.reseed:  # this replica's dropout masks: a function of (seed, step, replica)
-            seed_device(device, replica_seed(int(self.cfg.trainer.seed), step, self.rank * len(self.devices) + rank))
+            seed_device(device, replica_seed(self.config.trainer.seed, step, self.rank * len(self.devices) + rank))
         x = prepare(
             images.to(device, non_blocking=True), self.spec.in_channels, self.image_size, self.data.mean, self.data.std
         )
@@ -441,29 +433,19 @@ class Trainer:
     @property
     def bytes_per_step(self) -> int:
         """The gradient in ``comm.grad_dtype``, and in reduce mode the float32 weights broadcast back."""
-        grad_bytes = self.replicas.numel * self.grad_dtype.itemsize
-        param_bytes = self.replicas.numel * self.replicas.params[0].element_size()
-        return grad_bytes + (param_bytes if self.cfg.trainer.sync == "reduce" else 0)
+        param_itemsize = self.replicas.params[0].element_size()
+        return self.sync.bytes_per_step(self.replicas.numel, self.grad_dtype.itemsize, param_itemsize)
 
     def lr(self, step: int) -> float:
-        o = self.cfg.optim
-        return learning_rate(
-            step,
-            self.steps,
-            float(o.lr),
-            o.schedule,
-            int(o.get("warmup_steps", 0)),
-            int(o.get("step_size", 100)),
-            float(o.get("gamma", 0.1)),
-            float(o.get("min_lr", 0.0)),
-        )
+        o = self.config.optim
+        return learning_rate(step, self.steps, o.lr, o.schedule, o.warmup_steps, o.step_size, o.gamma, o.min_lr)
 
     @torch.no_grad()
     def evaluate(self, max_batches: int | None = None) -> tuple[float, float]:
         """Loss and accuracy of the root replica on the evaluation split."""
         model, device = self.replicas.models[0], self.devices[0]
         model.eval()
-        batch = int(self.cfg.trainer.get("eval_batch", 256))
+        batch = self.config.trainer.eval_batch
         total_loss, correct, seen = 0.0, 0, 0
         with eval_batches(self.data.test, batch, self.workers, self.pin_memory, max_batches) as batches:
             for images, labels in batches:
@@ -495,7 +477,7 @@ class Trainer:
             # One process on the CPU: its one generator. Elsewhere the generators are
             # re-seeded every step (lptrain.train.seeding): no GPU's state is needed.
             "rng_cpu": torch.get_rng_state(),
-            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "config": self.config.groups(),
         }
         try:
             save_checkpoint(self.checkpoint_path, state)
@@ -504,7 +486,7 @@ class Trainer:
                 raise KeyboardInterrupt from None  # may report as its own error: stop now, unsaved
             raise CheckpointWriteError(f"{err}; {self._last_good()}") from err
         self._saved_step = next_step
-        if self.cfg.trainer.get("keep_checkpoints"):
+        if self.config.trainer.keep_checkpoints:
             kept = self.checkpoint_path.with_name(f"step_{next_step:08d}.pt")
             shutil.copyfile(self.checkpoint_path, kept)
         return self.checkpoint_path
@@ -514,8 +496,8 @@ class Trainer:
         if self._saved_step is not None and self.checkpoint_path.is_file():
             path = self.checkpoint_path
             return f"the last good checkpoint is {path} (step {self._saved_step}): resume with trainer.resume={path}"
-        if self.cfg.trainer.get("resume"):
-            return f"nothing newer was saved: resume with trainer.resume={self.cfg.trainer.resume} again"
+        if self.config.trainer.resume:
+            return f"nothing newer was saved: resume with trainer.resume={self.config.trainer.resume} again"
         return "no checkpoint of this run was saved"
 
     def _restore(self, state: dict[str, Any]) -> None:
@@ -541,17 +523,11 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
     def fit(self) -> Summary:
-        t = self.cfg.trainer
-        log = RunLog(
-            self.run_dir, bool(t.get("tensorboard", True)), purge_step=self.start_step or None, enabled=self.is_main
-        )
-        log.hparams(run_hparams(self.cfg))
+        t = self.config.trainer
+        log = RunLog(self.run_dir, t.tensorboard, purge_step=self.start_step or None, enabled=self.is_main)
+        log.hparams(run_hparams(self.config.groups()))
         progress = Progress(
-            self.stop_at,
-            int(t.log_every),
-            bool(t.get("progress", True)) and self.is_main,
-            messages=self.is_main,
-            initial=self.start_step,
+            self.stop_at, t.log_every, t.progress and self.is_main, messages=self.is_main, initial=self.start_step
         )
         timer = PhaseTimer(self.devices)
         if self.is_main:
@@ -568,18 +544,12 @@ class Trainer:
         eval_s = 0.0
         t0 = time.perf_counter()
         batches = self.train_batches(self.start_step, self.stop_at)
-        profiled = parse_step_range(t.get("profile"))
+        profiled = parse_step_range(t.profile)
         profiler = StepProfiler(profiled, self.run_dir, self.rank, self.devices[0].type == "cuda") if profiled else None
         previous = self._install_signal_handlers(progress)
         try:
             for step in range(self.start_step, self.stop_at):
-                if profiler is not None:
-                    profiler.before(step + 1)
-                last = self.train_step(step, batches, timer)
-                if profiler is not None:
-                    profiler.after(step + 1)
-                    if profiler.written is not None and step + 1 == profiler.last:
-                        progress.message(f"profile of steps {profiler.first}-{profiler.last}: {profiler.written}")
+                last = self._profiled_step(profiler, progress, step, batches, timer)
                 if not history:  # what the first step decided (cuda_graph=auto times each plan then)
                     later = [line for line in self._kernel_choices() if line not in kernels]
                     _announce(progress, log, "comm/cuda_graph", "comm: ", later)
@@ -593,10 +563,10 @@ class Trainer:
                         self._stop_requested, self.devices[0], f"the stop check after step {done}"
                     )
                 logged = None
-                if done % int(t.log_every) == 0 or done == self.stop_at or self._stop_requested:
+                if done % t.log_every == 0 or done == self.stop_at or self._stop_requested:
                     logged = interval_mean(interval)
                     interval = []
-                if self.is_main and t.eval_every and (done % int(t.eval_every) == 0 or done == self.stop_at):
+                if self.is_main and t.eval_every and (done % t.eval_every == 0 or done == self.stop_at):
                     began = time.perf_counter()
                     eval_loss, eval_acc = self.evaluate()
                     eval_s += time.perf_counter() - began
@@ -605,7 +575,7 @@ class Trainer:
                 if logged is not None:
                     log.scalars(done, logged)
                 progress.update(step, last, logged)
-                if (t.checkpoint_every and done % int(t.checkpoint_every) == 0) or self._stop_requested:
+                if (t.checkpoint_every and done % t.checkpoint_every == 0) or self._stop_requested:
                     self.save(done)
                     saved_at = done
                 if self._stop_requested:
@@ -627,11 +597,21 @@ class Trainer:
         wall = time.perf_counter() - t0
         return self._summarise(history, eval_loss, eval_acc, wall, wall - eval_s, checkpoint)
 
+    def _profiled_step(self, profiler: StepProfiler | None, progress: Progress, step: int, batches, timer):
+        """``train_step``, inside ``trainer.profile``'s profiler when the step is in its range."""
+        if profiler is None:
+            return self.train_step(step, batches, timer)
+        profiler.before(step + 1)
+        last = self.train_step(step, batches, timer)
+        profiler.after(step + 1)
+        if profiler.written is not None and step + 1 == profiler.last:
+            progress.message(f"profile of steps {profiler.first}-{profiler.last}: {profiler.written}")
+        return last
+
     def train_batches(self, start: int, stop: int) -> Batches:
         """This process's batches of steps ``start..stop-1``; the workers start prefetching now."""
-        t = self.cfg.trainer
         sampler = StepBatchSampler(
-            len(self.data.train), self.global_batch, int(t.seed), start, stop, self.rank, self.local_batch
+            len(self.data.train), self.global_batch, self.config.trainer.seed, start, stop, self.rank, self.local_batch
         )
         return train_batches(self.data.train, sampler, self.workers, self.pin_memory)
 

