@@ -31,6 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from doctools import DOCS  # noqa: E402
 from doctools.document import rewrite_keeping_sections  # noqa: E402
 from doctools.markdown import table  # noqa: E402
 from lptrain.comm.algorithms import SCHEDULES, VARIANTS, WITH_VARIANTS  # noqa: E402
@@ -638,7 +639,7 @@ def section_measured(grid: Grid, calib: tuple) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer points, seconds instead of minutes")
-    parser.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs")
+    parser.add_argument("--docs", type=Path, default=DOCS)
     args = parser.parse_args(argv)
     out = args.docs / "figures"
     out.mkdir(parents=True, exist_ok=True)
