@@ -22,22 +22,19 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
+from doctools.files import write_json
 from lptrain.data import StepBatchSampler, load_data, train_batches
 from lptrain.settings.locations import compose_config
 from lptrain.train.trainer import Trainer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_imagefolder import make_imagefolder  # noqa: E402
+from make_imagefolder import make_imagefolder  # scripts/make_imagefolder.py, beside this script
 
 
 def config(overrides: list[str]):
@@ -152,7 +149,7 @@ def main() -> None:
             "elapsed_s": elapsed,
             "rows": rows,
         }
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

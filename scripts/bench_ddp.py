@@ -17,46 +17,35 @@ by ``lptrain`` itself. A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from doctools import launch
+from doctools.files import write_json
 
-
-def torchrun(nproc: int, *args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+DDP_RECIPE = Path(__file__).resolve().parent / "ddp_recipe.py"
 
 
 def ddp(recipe: str, steps: int, nproc: int) -> float:
-    out = subprocess.run(
-        torchrun(nproc, str(HERE / "ddp_recipe.py"), "--recipe", recipe, "--steps", str(steps)),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])["train_s"]
+    result = launch.json_result(launch.torchrun(nproc, str(DDP_RECIPE), "--recipe", recipe, "--steps", str(steps)))
+    if result is None:
+        raise RuntimeError(f"ddp_recipe.py printed no result for {recipe}")
+    return result["train_s"]
 
 
 def run_lptrain(launcher: list[str], run_dir: Path, *overrides: str) -> dict:
     """One lptrain run with logging, evaluation and checkpoints off; its summary.json."""
-    quiet = [
-        "trainer.eval_every=0",
-        "trainer.checkpoint_every=0",
-        "trainer.progress=false",
-        "trainer.tensorboard=false",
-    ]
-    command = [*launcher, "-m", "lptrain", *overrides, *quiet, f"hydra.run.dir={run_dir}"]
-    subprocess.run(command, capture_output=True, text=True, check=True)
-    return json.loads((run_dir / "summary.json").read_text())
+    summary = launch.lptrain_summary(launcher, run_dir, *overrides)
+    if summary is None:
+        raise RuntimeError(f"lptrain wrote no summary.json in {run_dir}")
+    return summary
 
 
 def lptrain(recipe: str, steps: int, nproc: int, comm: str, overlap: bool, bucket_mb: float, work: Path) -> float:
     run_dir = work / f"{recipe}-{comm}-{overlap}-{len(list(work.iterdir()))}"
     summary = run_lptrain(
-        torchrun(nproc),
+        launch.torchrun(nproc),
         run_dir,
         f"+recipe={recipe}",
         f"comm={comm}",
@@ -159,7 +148,7 @@ def main() -> None:
             for recipe in args.recipes.split(","):
                 result["in_process"] += in_process(recipe, args.steps, args.in_process, args.bucket_mb, work)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

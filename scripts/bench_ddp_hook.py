@@ -17,14 +17,15 @@ test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from doctools import launch
+from doctools.files import write_json
+
+DDP_RECIPE = Path(__file__).resolve().parent / "ddp_recipe.py"
 VARIANTS = ("native", "hook:lp", "hook:ring", "backend:lp", "trainer:lp")
 LABELS = {
     "native": "DDP native (gloo allreduce)",
@@ -39,17 +40,14 @@ def launcher(nproc: int, cluster: str | None) -> list[str]:
     """What runs ``[script, args]`` or ``["-m", module, args]`` on every process: torchrun on
     loopback, or lptrain-cluster with ``cluster``'s options (one torchrun node per namespace)."""
     if cluster is None:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    return [sys.executable, "-m", "lptrain.cluster.cli", *shlex.split(cluster), "--", sys.executable]
+        return launch.torchrun(nproc)
+    return [*launch.lptrain_cluster(*shlex.split(cluster)), sys.executable]
 
 
 def ddp(run: list[str], recipe: str, steps: int, comm: str, bucket_mb: float) -> float | None:
-    command = [*run, str(HERE / "ddp_recipe.py"), "--recipe", recipe, "--steps", str(steps)]
-    done = subprocess.run(
-        [*command, "--comm", comm, "--bucket-mb", str(bucket_mb)], capture_output=True, text=True, check=True
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    return json.loads(lines[-1])["train_s"] if lines else None
+    command = [*run, str(DDP_RECIPE), "--recipe", recipe, "--steps", str(steps)]
+    result = launch.json_result([*command, "--comm", comm, "--bucket-mb", str(bucket_mb)])
+    return result["train_s"] if result else None
 
 
 def trainer(run: list[str], recipe: str, steps: int, algo: str, bucket_mb: float, work: Path) -> float | None:
@@ -61,15 +59,9 @@ def trainer(run: list[str], recipe: str, steps: int, algo: str, bucket_mb: float
         f"trainer.steps={steps}",
         "trainer.overlap=true",
         f"trainer.bucket_mb={bucket_mb}",
-        "trainer.eval_every=0",
-        "trainer.checkpoint_every=0",
-        "trainer.progress=false",
-        "trainer.tensorboard=false",
-        f"hydra.run.dir={run_dir}",
     ]
-    subprocess.run([*run, "-m", "lptrain", *overrides], capture_output=True, text=True, check=True)
-    summary = run_dir / "summary.json"
-    return json.loads(summary.read_text())["train_s"] if summary.exists() else None
+    summary = launch.lptrain_summary(run, run_dir, *overrides)
+    return summary["train_s"] if summary else None
 
 
 def main() -> None:
@@ -116,7 +108,7 @@ def main() -> None:
             "labels": LABELS,
             "rounds": rounds,
         }
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from doctools import ROOT
+from doctools.files import write_json
 
 
 def main() -> None:
@@ -72,9 +73,7 @@ def main() -> None:
                 }
             )
     if args.json:
-        args.json.write_text(
-            json.dumps({"steps": args.steps, "overrides": args.overrides, "rows": rows}, indent=1) + "\n"
-        )
+        write_json(args.json, {"steps": args.steps, "overrides": args.overrides, "rows": rows})
     import matplotlib
 
     matplotlib.use("Agg")

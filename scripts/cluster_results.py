@@ -4,8 +4,10 @@
 Needs root (or a user namespace): every measurement is an ``lptrain-cluster`` run. The
 rows go to docs/data/cluster.json; the tables go into docs/BENCHMARKS.md (its cluster
 section, between ``<!-- benchmarks:cluster -->`` markers, as ``scripts/benchmarks.py --only
-cluster`` writes it) and into docs/PAPER_RESULTS.md between ``<!-- cluster:paper -->``
-markers, and the figure to docs/figures/cluster_time_vs_p.png.
+cluster`` writes it from ``scripts/benchmark_sections/cluster.py``) and into
+docs/PAPER_RESULTS.md between ``<!-- cluster:paper -->`` markers, and the figure to
+docs/figures/cluster_time_vs_p.png. The measurements and tables themselves are
+``scripts/doctools/cluster_experiment.py``.
 
     python scripts/cluster_results.py                      # everything, about 45 minutes
     python scripts/cluster_results.py --only bench --nodes 2,4,8
@@ -16,65 +18,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 from pathlib import Path
 
-import matplotlib
+from benchmark_sections import BY_NAME, cluster
+from benchmark_sections.page import DATA as BENCHMARKS_DATA
+from benchmark_sections.page import DOC as BENCHMARKS_DOC
+from benchmark_sections.page import write_section
+from doctools import DOCS, ROOT
+from doctools import cluster_experiment as ex
+from doctools.document import update_sections
+from doctools.files import read_json, write_json
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from lptrain.cluster import experiment as ex  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmarks  # noqa: E402  (scripts/benchmarks.py: the document's sections and their markers)
-
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs"
-DATA = DOCS / "data" / "cluster.json"
-BIG = 16 << 20
-SMALL = 4 << 20
-
-
-def benchmarks_section(data: dict) -> list[str]:
-    """The body of docs/BENCHMARKS.md's cluster section (``scripts/benchmarks.py`` adds the
-    heading, the commands, the date and the machine)."""
-    c = data["conditions"]
-    nodes = tuple(p for p in (2, 4, 8) if p in {r["nodes"] for r in data["bench"]})
-    cell = {(r["op"], r["nodes"], r["algo"]): ex._n_over_b(r) for r in ex.with_nominal(data) if r["size"] == BIG}
-    checked = [r for r in data["bench"] if r.get("wrong") is not None]
-    wrong = sum(1 for r in checked if r["wrong"])
-    top = nodes[-1]
-    loads = [r["load"] for r in data["bench"] if "load" in r]
-    load = f"load average {min(loads):.1f} to {max(loads):.1f} at the runs' starts" if loads else "load not recorded"
-    if c.get("nice"):
-        load += f", the runs at nice {c['nice']} (ahead of the machine's other work)"
-    reading = []
-    for op in ex.OPS:
-        lp = ", ".join(f"{cell[(op, p, 'lp')]:.2f}" for p in nodes if (op, p, "lp") in cell)
-        others = {a: cell[(op, top, a)] for a in ("mst", "be", "ring", "gloo") if (op, top, a) in cell}
-        best = min(others, key=others.get)
-        name = "gloo's own" if best == "gloo" else best
-        reading.append(
-            f"- {op}: LP {lp} n/B at P = {', '.join(map(str, nodes))}; at P = {top} the fastest other is {name} at "
-            f"{others[best]:.2f}."
-        )
-    return [
-        f"Every node a network namespace with one full-duplex port shaped to {c['link']} (B = "
-        f"{c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), one process per node over gloo; {load}. "
-        f"Medians of 3 trials; {len(checked) - wrong} of {len(checked)} results checked correct (#wrong 0). Times "
-        f"are multiples of n/B at {ex._size_label(BIG)}: n/B is one port's physical limit for a broadcast; TCP's "
-        "payload is about 95% of the shaped rate, so 1.05 is the floor in practice. The one-port model gives each "
-        "algorithm's bound.",
-        "",
-        *ex.bench_table(data, BIG, nodes),
-        "",
-        *reading,
-        "- A node has one port, so LP's allreduce (a reduce and a broadcast overlapped) sends about 2n through it "
-        "where the ring sends 2(P-1)/P n: the model's LP ~2 against ring/BE's 1.5 to 1.75.",
-    ]
+DATA = cluster.DATA
+BIG, SMALL = ex.BIG, ex.SMALL
 
 
 def _train_load(data: dict) -> str:
@@ -164,6 +122,11 @@ def paper_section(data: dict) -> list[str]:
 
 
 def figure(data: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # a file, no display
+    import matplotlib.pyplot as plt
+
     rows = ex.with_nominal(data)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=False)
     for ax, op in zip(axes, ex.OPS):
@@ -184,11 +147,12 @@ def figure(data: dict, path: Path) -> None:
 
 
 def render(data: dict) -> None:
+    """docs/BENCHMARKS.md's cluster section and the figure (where there are benchmark rows),
+    and PAPER_RESULTS.md's section between ``<!-- cluster:paper -->`` markers."""
     if data.get("bench"):
-        benchmarks.write_section(benchmarks.BY_NAME["cluster"], benchmarks.cluster_record(data), benchmarks.DOC,
-                                 benchmarks.DATA)  # fmt: skip
+        write_section(BY_NAME[cluster.NAME], cluster.record(data), BENCHMARKS_DOC, BENCHMARKS_DATA)
         figure(data, DOCS / "figures" / "cluster_time_vs_p.png")
-    benchmarks.update_sections(DOCS / "PAPER_RESULTS.md", {"paper": paper_section(data)}, prefix="cluster")
+    update_sections(DOCS / "PAPER_RESULTS.md", {"paper": paper_section(data)}, prefix="cluster")
 
 
 def _nodes(text: str) -> list[int]:
@@ -206,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="bench,auto,train", help="parts to measure again: bench, auto, train")
     p.add_argument("--render", action="store_true", help="no runs: tables and figure from docs/data/cluster.json")
     args = p.parse_args(argv)
-    previous = json.loads(DATA.read_text()) if DATA.exists() else None
+    previous = read_json(DATA) if DATA.exists() else None
     if args.render:
         if previous is None:
             p.error(f"{DATA} does not exist yet; run without --render first")
@@ -220,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save(data: dict) -> None:
         data["conditions"]["date"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        DATA.parent.mkdir(parents=True, exist_ok=True)
-        DATA.write_text(json.dumps(data, indent=1) + "\n")
+        write_json(DATA, data)
 
     try:
         sizes = tuple(args.sizes.split(","))

@@ -28,9 +28,7 @@ import datetime
 import gc
 import json
 import math
-import platform
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -43,12 +41,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from doctools.files import write_atomically, write_json  # noqa: E402
+from doctools.machine import briefly  # noqa: E402
+from lptrain.comm.algorithms import SCHEDULES  # noqa: E402
 from lptrain.settings.locations import compose_config  # noqa: E402
 from lptrain.train.trainer import Trainer  # noqa: E402
 
 NETWORKS = ("alexnet", "googlenet", "vgg16")
 TITLES = {"alexnet": "AlexNet", "googlenet": "GoogLeNet", "vgg16": "VGG-16", "small": "small CNN"}
-COMMS = ("lp", "mst", "be", "ring")
+COMMS = SCHEDULES  # every schedule; nccl is added where there are GPUs (--comms)
 SYNCS = ("allreduce", "reduce")
 CONTROL = "lp, chain reversed"  # the same sums as lp, added in the opposite order
 
@@ -177,10 +178,7 @@ def cached(spec: RunSpec, devices: int, work: Path) -> RunResult | None:
 
 
 def save(result: RunResult, spec: RunSpec, work: Path) -> None:
-    path = work / spec.key / "result.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(result), indent=1))
-    tmp.replace(path)
+    write_json(work / spec.key / "result.json", asdict(result))
 
 
 def plan(network: str, comms: list[str], long_steps: int, short_steps: int, overrides: list[str]) -> list[RunSpec]:
@@ -251,18 +249,6 @@ def figure(network: str, results: list[RunResult], out: Path) -> Path:
     return path
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"{cpu}, {torch.get_num_threads()} threads, {gpu}, torch {torch.__version__}"
-
-
 def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
@@ -274,7 +260,7 @@ def report(
     lines = [
         "# Convergence under every communicator",
         "",
-        f"Written by `scripts/convergence.py` on {today}; measured on this machine: {machine()}.",
+        f"Written by `scripts/convergence.py` on {today}; measured on this machine: {briefly()}.",
         "Nothing here ran on a GPU unless the line above names one.",
         "",
         *([note, ""] if note else []),
@@ -369,7 +355,7 @@ def report(
         "",
     ]
     text = "\n".join(lines)
-    doc.write_text(text)
+    write_atomically(doc, text)
     return text
 
 

@@ -12,7 +12,8 @@ summary, and one verdict line per pair::
 
 Under torchrun (``python3 -m torch.distributed.run ... scripts/gpu_overlap_check.py ...``) every
 process trains both runs; the trainers join the default group once. Exit status 0 when
-every pair agrees, 1 when one does not (its largest difference named).
+every pair agrees, 1 when one does not (its largest difference named). lptrain must be
+importable: installed, or the checkout on ``PYTHONPATH`` as ``scripts/gpu_check.sh`` sets it.
 """
 
 from __future__ import annotations
@@ -24,23 +25,13 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run from a checkout without an install
-    sys.path.insert(0, str(ROOT))
-
-QUIET = [
-    "trainer.eval_every=0",
-    "trainer.checkpoint_every=0",
-    "trainer.tensorboard=false",
-    "trainer.progress=false",
-]
+from doctools.launch import QUIET
+from lptrain.settings.locations import compose_config
+from lptrain.train.trainer import Trainer
 
 
 def train(overrides: list[str], run_dir: Path):
     """One run in ``run_dir``: its summary, its root replica's parameters (on the CPU) and its bucket count."""
-    from lptrain.settings.locations import compose_config
-    from lptrain.train.trainer import Trainer
-
     cfg = compose_config([*overrides, *QUIET])
     trainer = Trainer(cfg, run_dir)
     summary = trainer.fit()

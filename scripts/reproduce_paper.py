@@ -22,7 +22,6 @@ import argparse
 import datetime
 import math
 import platform
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from doctools import DOCS  # noqa: E402
+from doctools.document import rewrite_keeping_sections  # noqa: E402
+from doctools.markdown import table  # noqa: E402
+from lptrain.comm.algorithms import SCHEDULES, VARIANTS, WITH_VARIANTS  # noqa: E402
 from lptrain.comm.sizes import format_size  # noqa: E402
 from lptrain.sim import costmodel  # noqa: E402
 from lptrain.sim.calibrate import compare, fit, measure  # noqa: E402
@@ -39,11 +42,13 @@ from lptrain.sim.predict import lp_block_bytes, predict  # noqa: E402
 from lptrain.sim.topology import GPU_OVERHEAD, build_topology  # noqa: E402
 
 MiB = 2**20
-ALGOS = ("lp", "lp-rb", "mst", "be", "ring")
-ROOTED = ("lp", "mst", "be", "ring")  # lp-rb differs from lp only in its allreduce
+ALGOS = WITH_VARIANTS  # every schedule and its variants: lp, lp-rb, mst, be, ring
+ROOTED = SCHEDULES  # broadcast and reduce: a variant (lp-rb) differs from its schedule only in its allreduce
 OPS = ("broadcast", "reduce", "allreduce")
-STYLE = {"lp": "-o", "lp-rb": "--o", "mst": "-s", "be": "-^", "ring": "-v"}
-COLOR = {"lp": "C0", "lp-rb": "C5", "mst": "C1", "be": "C2", "ring": "C3"}  # the same in every panel
+_STYLE = {"lp": "-o", "lp-rb": "--o", "mst": "-s", "be": "-^", "ring": "-v"}
+_COLOR = {"lp": "C0", "lp-rb": "C5", "mst": "C1", "be": "C2", "ring": "C3"}  # the same in every panel
+STYLE = {a: _STYLE.get(a, "-d") for a in ALGOS}  # an algorithm added since: diamonds, a colour of its own
+COLOR = {a: _COLOR.get(a, f"C{6 + i}") for i, a in enumerate(ALGOS)}
 MODELS = {"AlexNet": 233 * MiB, "GoogLeNet": 51 * MiB, "VGG-16": 528 * MiB}  # fp32 gradients, PAPER.md
 ONE_PORT_MACHINES = ("oneport", "pcie", "pcie2s")  # one port per GPU: the paper's kind of machine
 ALL_MACHINES = ("oneport", "pcie", "pcie2s", "nvlink", "private")
@@ -261,11 +266,12 @@ def closed_forms(p: int = 8, nbytes: int = BIG) -> list[tuple]:
     rows = []
     for op in OPS:
         for algo in ALGOS if op == "allreduce" else ROOTED:
-            if algo.startswith("lp"):
-                mode = "reduce_broadcast" if algo == "lp-rb" else "overlapped"
+            base, options = VARIANTS.get(algo, (algo, {}))
+            if base == "lp":
+                mode = options.get("allreduce", "overlapped")
                 formula = costmodel.lp(op, p, nbytes, block, alpha, beta, gamma, mode, ports="one")
             else:
-                formula = getattr(costmodel, algo)(op, p, nbytes, alpha, beta, gamma, ports="one")
+                formula = getattr(costmodel, base)(op, p, nbytes, alpha, beta, gamma, ports="one")
             rows.append((op, algo, formula * 1e3, seconds(algo, op, "oneport", p, nbytes) * 1e3))
     return rows
 
@@ -278,7 +284,7 @@ def calibration(out: Path, grid: Grid) -> tuple:
     model = fit(runs)
     rows = compare(runs, model)
     fig, ax = plt.subplots(figsize=(6, 5))
-    for algo in ("lp", "mst", "be", "ring"):
+    for algo in SCHEDULES:
         mine = [r for r in rows if r["algo"] == algo]
         ax.loglog(
             [r["measured_s"] * 1e3 for r in mine], [r["predicted_s"] * 1e3 for r in mine], "o", label=algo, markersize=4
@@ -297,10 +303,6 @@ def calibration(out: Path, grid: Grid) -> tuple:
 
 
 # ---------------------------------------------------------------- the report
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def section_intro(grid: Grid) -> list[str]:
@@ -634,18 +636,10 @@ def section_measured(grid: Grid, calib: tuple) -> list[str]:
     return lines
 
 
-def marked_sections(text: str) -> list[str]:
-    """The sections other scripts keep in the document between ``<!-- NAME -->`` and
-    ``<!-- /NAME -->`` (``cluster_results.py``'s measurements on emulated links), each after
-    a blank line: this script rewrites the rest and must not drop them."""
-    pattern = re.compile(r"^<!-- ([\w:-]+) -->\n.*?^<!-- /\1 -->$", flags=re.S | re.M)
-    return ["\n" + match.group(0) for match in pattern.finditer(text)]
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer points, seconds instead of minutes")
-    parser.add_argument("--docs", type=Path, default=Path(__file__).resolve().parents[1] / "docs")
+    parser.add_argument("--docs", type=Path, default=DOCS)
     args = parser.parse_args(argv)
     out = args.docs / "figures"
     out.mkdir(parents=True, exist_ok=True)
@@ -672,9 +666,7 @@ def main(argv=None) -> int:
         *section_closed_forms(forms),
         *section_measured(grid, calib),
     ]
-    path = args.docs / "PAPER_RESULTS.md"
-    kept = marked_sections(path.read_text()) if path.exists() else []
-    path.write_text("\n".join([*text, *kept]) + "\n")
+    rewrite_keeping_sections(args.docs / "PAPER_RESULTS.md", text)  # cluster_results.py's section kept
     print(f"wrote {args.docs / 'PAPER_RESULTS.md'} and {out}/*.png")
     return 0
 

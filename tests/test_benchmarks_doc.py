@@ -3,7 +3,6 @@ markers and nothing else changes, a missing marker is a one-line error, a failed
 leaves the document as it was, the document renders again from its saved JSON, and the
 headline table links to the sections it quotes."""
 
-import importlib.util
 import json
 import re
 import shutil
@@ -20,11 +19,9 @@ WORK_LOG = re.compile(r"issue [0-9]+|this session|this morning|the morning's|lat
 
 @pytest.fixture(scope="module")
 def bm():
-    spec = importlib.util.spec_from_file_location("benchmarks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["benchmarks"] = module  # as scripts/cluster_results.py imports it
-    spec.loader.exec_module(module)
-    return module
+    import benchmarks  # scripts/ is on the path: pyproject's pytest pythonpath
+
+    return benchmarks
 
 
 def _doc(bm, names=("a", "b", "c")) -> str:
@@ -119,6 +116,34 @@ def test_a_failed_section_leaves_the_document_and_its_data_as_they_were(bm, tmp_
     assert bm.main(["--only", "inprocess,data", "--doc", str(doc), "--data-dir", str(data)]) == 1
     assert doc.read_bytes() == before and not data.exists()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_run_on_another_document_leaves_the_checkouts_readme_alone(bm, tmp_path, monkeypatch):
+    """The headline table is made from the data folder's records: a run whose document and
+    data are elsewhere (a test's, a trial's) must not rewrite the checkout's README.md from
+    them unless --readme names it."""
+    readme = tmp_path / "README.md"
+    text = "# lptrain\n\n<!-- benchmarks:headline -->\n| a headline |\n<!-- /benchmarks:headline -->\n"
+    readme.write_text(text)
+    monkeypatch.setattr(bm, "README", readme)  # stands in for the checkout's README.md
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(_doc(bm, ["data"]))
+    monkeypatch.setattr(bm.BY_NAME["data"], "measure", lambda run: {"not": "what render_data reads"})
+    monkeypatch.setattr(bm, "machine", lambda: {})
+    assert bm.main(["--only", "data", "--doc", str(doc), "--data-dir", str(tmp_path / "data")]) == 1
+    assert readme.read_text() == text
+    assert bm.main(["--render", "--only", "data", "--doc", str(doc), "--data-dir", str(tmp_path / "data")]) == 0
+    assert readme.read_text() == text
+
+
+def test_the_gpu_section_quotes_the_benchmark_step_of_the_check():
+    """The section shows the command scripts/gpu_check.sh ran, read from the script itself."""
+    from benchmark_sections import gpu
+
+    saved = json.loads((ROOT / "docs" / "data" / "benchmarks" / "gpu.json").read_text())
+    assert gpu.bench_step(gpu.CHECK.read_text()) == saved["results"]["bench_command"]
+    script = 'x\nstep bench 25 "$PY" -m lptrain.bench --algo lp \\\n    --json "$logs/b.json"\ny\n'
+    assert gpu.bench_step(script) == "python -m lptrain.bench --algo lp"  # continuation joined, the log left out
 
 
 def test_the_gpu_section_refuses_in_one_line_without_cuda(bm, tmp_path, capsys, monkeypatch):

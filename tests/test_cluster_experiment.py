@@ -1,10 +1,10 @@
-"""The cluster experiment's analysis (lptrain.cluster.experiment): calibration recovers a
-known machine, the tables read the rows they are given. (The document's sections:
-tests/test_benchmarks_doc.py.)"""
+"""The cluster experiment's analysis (scripts/doctools/cluster_experiment.py): calibration
+recovers a known machine, the tables read the rows they are given. (The document's
+sections: tests/test_benchmarks_doc.py.)"""
 
 import pytest
 
-from lptrain.cluster import experiment as ex
+from doctools import cluster_experiment as ex
 
 
 def _rows(bandwidth: float, overhead: float) -> list[dict]:

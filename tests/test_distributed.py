@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import multiprocessing
-import sys
 import time
 from pathlib import Path
 
+import distributed_workers as workers  # tests/ is on the path: pyproject's pytest pythonpath
 import pytest
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).parent))
-import distributed_workers as workers  # noqa: E402
-
-from lptrain.comm.algorithms import SCHEDULES  # noqa: E402
+from lptrain.comm.algorithms import SCHEDULES
 
 ALGOS = [*SCHEDULES, "nccl"]  # nccl here: the backend's own collective
 

@@ -11,18 +11,14 @@ posts, recorded from lptrain's own code, and says where it would hang.
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
+from test_dataflow import CASES, build  # tests/ is on the path: pyproject's pytest pythonpath
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_dataflow import CASES, build  # noqa: E402
-
-from lptrain.comm import transport  # noqa: E402
-from lptrain.comm.dataflow import StagingPool, rank_program, run_batched_steps, run_program  # noqa: E402
+from lptrain.comm import transport
+from lptrain.comm.dataflow import StagingPool, rank_program, run_batched_steps, run_program
 
 Op = tuple[int, bool, int, int]  # (rank, send?, peer, n-th message of this direction)
 

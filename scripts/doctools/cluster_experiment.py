@@ -1,10 +1,12 @@
 """The project's own experiment on the emulated cluster: collectives and training where the
 link, not the CPU, sets the time, and the simulator held against what was measured.
 
-``scripts/cluster_results.py`` drives it. Each measurement is one ``lptrain-cluster`` run
-(real namespaces, shaped links, one torchrun node per namespace); the rows are kept in a
-JSON file so that the tables can be rendered again, and the simulator recalibrated,
-without measuring again. Times are reported as multiples of n/B, where n is the message
+``scripts/cluster_results.py`` drives it, and ``scripts/benchmarks.py`` renders its rows as
+a section of docs/BENCHMARKS.md: docs tooling, kept out of the wheel (``lptrain-cluster``
+itself is the user's feature). Each measurement is one ``lptrain-cluster`` run (real
+namespaces, shaped links, one torchrun node per namespace); the rows are kept in a JSON
+file so that the tables can be rendered again, and the simulator recalibrated, without
+measuring again. Times are reported as multiples of n/B, where n is the message
 and B the nominal rate of one port one way: the physical limit of a broadcast.
 """
 
@@ -23,19 +25,22 @@ from pathlib import Path
 
 import torch
 
+from doctools.launch import lptrain_cluster
+from doctools.markdown import table
 from lptrain.cluster.plan import parse_rate
-from lptrain.comm.algorithms import SCHEDULES
+from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS
 from lptrain.comm.sizes import parse_size
 
 OPS = ("broadcast", "reduce", "allreduce")
 SCHEDULE_ALGOS = SCHEDULES
 BENCH_ALGOS = (*SCHEDULE_ALGOS, "nccl")  # nccl is the backend's own collective (gloo here)
 TABLE_ALGOS = (*SCHEDULE_ALGOS, "gloo")  # as the benchmark's rows name them
+SMALL, BIG = 4 << 20, 16 << 20  # the messages the documents' tables show (the default sizes' ends)
 
 
 def _cluster(nodes: int, link: str, logs: Path, command: list[str], timeout_s: float) -> list[str]:
-    return [sys.executable, "-m", "lptrain.cluster.cli", "--nodes", str(nodes), "--link", link, "--quiet",
-            "--logs", str(logs), "--timeout", str(int(timeout_s)), "--", *command]  # fmt: skip
+    options = ("--nodes", str(nodes), "--link", link, "--quiet", "--logs", str(logs), "--timeout", str(int(timeout_s)))
+    return [*lptrain_cluster(*options), *command]
 
 
 def _run(argv: list[str], what: str) -> None:
@@ -87,14 +92,14 @@ def auto_on_cluster(nodes: int, link: str, work: Path) -> dict:
     tune = [
         *bench,
         "--algo",
-        "lp,lp-rb,mst,be,ring",
+        ",".join(WITH_VARIANTS),
         "--json",
         str(work / "tune-rows.json"),
         "--save-tuning",
         str(tuning),
     ]
     _run(_cluster(nodes, link, work / "logs-tune", tune, 3600), "comm=auto's tuning on the cluster")
-    timed = [*bench, "--algo", "auto,lp,lp-rb,mst,be,ring", "--tuning", str(tuning), "--json", str(out)]
+    timed = [*bench, "--algo", ",".join(("auto", *WITH_VARIANTS)), "--tuning", str(tuning), "--json", str(out)]
     _run(_cluster(nodes, link, work / "logs-auto", timed, 3600), "comm=auto timed on the cluster")
     return {"nodes": nodes, "tuning": json.loads(tuning.read_text()), "rows": json.loads(out.read_text()), "load": load}
 
@@ -243,35 +248,35 @@ def with_nominal(data: dict) -> list[dict]:
     return [dict(r, link_nominal=nominal) for r in data.get("bench", [])]
 
 
+def _column(algo: str, lp: str = "lp") -> str:
+    """An algorithm's column heading: the backend's collective is "gloo's own"."""
+    return {"gloo": "gloo's own", "lp": lp}.get(algo, algo)
+
+
+def _cells(cell: dict[str, float]) -> list[str]:
+    return [f"{cell[a]:.2f}" if a in cell else "-" for a in TABLE_ALGOS]
+
+
 def bench_table(data: dict, size: int, nodes: tuple[int, ...] = (2, 4, 8)) -> list[str]:
     rows = with_nominal(data)
-    lines = [
-        "| op | P | lp (block auto) | mst | be | ring | gloo's own | one-port model |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    body = []
     for op in OPS:
         for p in nodes:
             cell = {r["algo"]: _n_over_b(r) for r in rows if r["op"] == op and r["nodes"] == p and r["size"] == size}
-            if not cell:
-                continue
-            values = " | ".join(f"{cell[a]:.2f}" if a in cell else "-" for a in TABLE_ALGOS)
-            lines.append(f"| {op} | {p} | {values} | {one_port_model(op, p)} |")
-    return lines
+            if cell:
+                body.append([op, str(p), *_cells(cell), one_port_model(op, p)])
+    header = ["op", "P", *(_column(a, lp="lp (block auto)") for a in TABLE_ALGOS), "one-port model"]
+    return table(header, body)
 
 
 def time_vs_p_table(data: dict, op: str, size: int) -> list[str]:
     rows = [r for r in with_nominal(data) if r["op"] == op and r["size"] == size]
-    nodes = sorted({r["nodes"] for r in rows})
-    lines = [
-        "| P | " + " | ".join(TABLE_ALGOS[:-1]) + " | gloo's own | BE / LP |",
-        "|---" * (len(TABLE_ALGOS) + 2) + "|",
-    ]
-    for p in nodes:
+    body = []
+    for p in sorted({r["nodes"] for r in rows}):
         cell = {r["algo"]: _n_over_b(r) for r in rows if r["nodes"] == p}
         ratio = f"{cell['be'] / cell['lp']:.2f}" if "be" in cell and "lp" in cell else "-"
-        lines.append(f"| {p} | " + " | ".join(f"{cell[a]:.2f}" if a in cell else "-" for a in TABLE_ALGOS)
-                     + f" | {ratio} |")  # fmt: skip
-    return lines
+        body.append([str(p), *_cells(cell), ratio])
+    return table(["P", *map(_column, TABLE_ALGOS), "BE / LP"], body)
 
 
 def flatness(data: dict, algo: str, op: str, size: int) -> tuple[float, float]:
@@ -281,10 +286,12 @@ def flatness(data: dict, algo: str, op: str, size: int) -> tuple[float, float]:
 
 def prediction_table(data: dict) -> tuple[list[str], dict]:
     bandwidth, overhead, rows = predictions(with_nominal(data))
-    lines = ["| size | op | P | algo | measured (s) | predicted (s) | error |", "|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["size"], r["op"], r["nodes"], SCHEDULE_ALGOS.index(r["algo"]))):
-        lines.append(f"| {_size_label(r['size'])} | {r['op']} | {r['nodes']} | {r['algo']} | {r['time_us'] / 1e6:.3f} "
-                     f"| {r['predicted_s']:.3f} | {r['error']:+.0%} |")  # fmt: skip
+    body = [
+        [_size_label(r["size"]), r["op"], str(r["nodes"]), r["algo"], f"{r['time_us'] / 1e6:.3f}",
+         f"{r['predicted_s']:.3f}", f"{r['error']:+.0%}"]
+        for r in sorted(rows, key=lambda r: (r["size"], r["op"], r["nodes"], SCHEDULE_ALGOS.index(r["algo"])))
+    ]  # fmt: skip
+    lines = table(["size", "op", "P", "algo", "measured (s)", "predicted (s)", "error"], body)
     held_out = [abs(r["error"]) for r in rows if r["nodes"] != 2]
     by_p = {p: [abs(r["error"]) for r in rows if r["nodes"] == p] for p in sorted({r["nodes"] for r in rows}) if p != 2}
     summary = {"bandwidth": bandwidth, "overhead": overhead, "median": statistics.median(held_out),
@@ -298,24 +305,24 @@ def prediction_table(data: dict) -> tuple[list[str], dict]:
 def auto_table(data: dict) -> list[str]:
     auto = data["auto"]
     sizes = sorted({r["size"] for r in auto["rows"]})
-    lines = ["| size | auto (s) | best fixed (s) | best fixed | auto / best |", "|---|---|---|---|---|"]
+    body = []
     for size in sizes:
         rows = {r["algo"]: r["time_us"] / 1e6 for r in auto["rows"] if r["size"] == size}
         fixed = {a: t for a, t in rows.items() if a != "auto"}
         best = min(fixed, key=fixed.get)
         ratio = rows["auto"] / fixed[best]
-        lines.append(f"| {_size_label(size)} | {rows['auto']:.3f} | {fixed[best]:.3f} | {best} | {ratio:.2f} |")
-    return lines
+        body.append([_size_label(size), f"{rows['auto']:.3f}", f"{fixed[best]:.3f}", best, f"{ratio:.2f}"])
+    return table(["size", "auto (s)", "best fixed (s)", "best fixed", "auto / best"], body)
 
 
 def train_table(data: dict) -> list[str]:
     train = data["train"]
     nodes = sorted({t["nodes"] for t in train})
-    lines = ["| communication | " + " | ".join(f"P={p}" for p in nodes) + " |", "|---" * (len(nodes) + 1) + "|"]
+    body = []
     for case in TRAIN_CASES:
         cells = {t["nodes"]: t["comm_ms"] for t in train if t["case"] == case.label}
-        lines.append(f"| {case.label} | " + " | ".join(f"{cells[p]:.0f}" if p in cells else "-" for p in nodes) + " |")
-    return lines
+        body.append([case.label, *(f"{cells[p]:.0f}" if p in cells else "-" for p in nodes)])
+    return table(["communication", *(f"P={p}" for p in nodes)], body)
 
 
 def describe(data: dict) -> str:
