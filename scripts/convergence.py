@@ -39,7 +39,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
 from doctools.files import write_atomically, write_json  # noqa: E402
 from doctools.machine import briefly  # noqa: E402
@@ -102,12 +101,8 @@ class RunResult:
 
 def count_devices(overrides: list[str], network: str) -> int:
     """How many replicas the runs will have (the control run needs it to reverse the chain)."""
-    from lptrain.comm.devices import parse_devices
-    from lptrain.train.devices import resolve_devices
-
     base = [f"+recipe={network}"] if network in NETWORKS else [f"model={network}"]
-    cfg = compose_config(base + overrides)
-    return len(parse_devices(resolve_devices(cfg.trainer.devices, cfg.trainer.device_type)))
+    return len(compose_config(base + overrides).devices)
 
 
 class Interrupted(Exception):
@@ -146,8 +141,9 @@ def train(spec: RunSpec, devices: int, work: Path) -> RunResult:
     return result
 
 
-def resolved(cfg) -> dict:
-    return OmegaConf.to_container(cfg, resolve=True)
+def resolved(config) -> dict:
+    """The run's groups as plain data (what the trainer's checkpoints hold)."""
+    return config.groups()
 
 
 def same_config(kept: dict, now: dict, overrides: list[str]) -> bool:
@@ -169,7 +165,7 @@ def cached(spec: RunSpec, devices: int, work: Path) -> RunResult | None:
         return None
     data = json.loads(path.read_text())
     overrides = spec.hydra_overrides(devices)
-    if not same_config(data.get("config") or {}, resolved(compose_config(overrides, check=False)), overrides):
+    if not same_config(data.get("config") or {}, resolved(compose_config(overrides)), overrides):
         print(f"{spec.key}: the kept run had another configuration, training it again", flush=True)
         return None
     data["losses"] = {int(k): v for k, v in data["losses"].items()}
@@ -444,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     for network in networks:
         base = [f"+recipe={network}"] if network in NETWORKS else [f"model={network}"]
         long_steps = steps_for(args.long_steps, network) or int(
-            compose_config(base + overrides, check=False).trainer.steps
+            compose_config(base + overrides).trainer.steps
         )
         short_steps = min(steps_for(args.short_steps, network) or max(2, long_steps // 3), long_steps)
         devices = count_devices(overrides, network)

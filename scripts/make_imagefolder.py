@@ -23,11 +23,10 @@ from PIL import Image
 
 def _digits() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The embedded MNIST digits (uint8 N x 28 x 28, and labels) of lptrain's train and test splits."""
-    from omegaconf import OmegaConf
-
     from lptrain.data import load_data
+    from lptrain.schema import MnistDataConfig
 
-    data = load_data(OmegaConf.create({"name": "mnist"}))
+    data = load_data(MnistDataConfig())
     return {name: (s.images[:, 0].numpy(), s.labels.numpy()) for name, s in (("train", data.train), ("val", data.test))}
 
 

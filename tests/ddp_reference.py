@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lptrain.data import batch_indices, load_data, prepare
 from lptrain.models import build_model, classification_loss
+from lptrain.schema import MnistDataConfig
 from lptrain.train.schedule import learning_rate
 
 
@@ -28,7 +29,7 @@ def main() -> None:
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    data = load_data(type("Cfg", (), {"name": "mnist"})())
+    data = load_data(MnistDataConfig())
     torch.manual_seed(args.seed)  # the same initial weights on every rank, as lptrain's
     model = DistributedDataParallel(build_model("small", data.num_classes, 28))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
