@@ -15,7 +15,7 @@ from lptrain.comm import CollectiveInputError, build_communicator
 from lptrain.comm.auto import AutoCommunicator
 from lptrain.comm.tuning import TuningTable
 from lptrain.errors import ConfigError
-from lptrain.settings.locations import compose_config
+from lptrain.settings.locations import compose, compose_config
 
 KiB, MiB = 1024, 1024 * 1024
 SIZES = [KiB, 16 * KiB, 256 * KiB, 4 * MiB, 64 * MiB]
@@ -162,13 +162,12 @@ def test_bad_tuning_files_get_one_clear_line(tmp_path, content, message):
 def test_the_config_group_and_its_checks(tuning_file):
     from lptrain.settings.checks import check_config
 
-    cfg = compose_config(["comm=auto", f"comm.options.tuning={tuning_file}", "trainer.devices=cpu*4"])
-    check_config(cfg)
+    cfg = check_config(compose(["comm=auto", f"comm.options.tuning={tuning_file}", "trainer.devices=cpu*4"]))
     assert cfg.comm.name == "auto" and cfg.comm.options.tuning == str(tuning_file)
     with pytest.raises(ConfigError, match="comm.options.tuning=/no/such.json is not valid: tuning file"):
-        check_config(compose_config(["comm=auto", "comm.options.tuning=/no/such.json"]))
+        check_config(compose(["comm=auto", "comm.options.tuning=/no/such.json"]))
     with pytest.raises(ConfigError, match="comm.options.topology=pcie3 is not valid.*valid choices: private"):
-        check_config(compose_config(["comm=auto", "comm.options.topology=pcie3"]))
+        check_config(compose(["comm=auto", "comm.options.topology=pcie3"]))
 
 
 def test_the_bench_writes_a_tuning_file_auto_reads(tmp_path):
