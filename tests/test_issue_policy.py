@@ -71,8 +71,8 @@ def test_an_unknown_order_is_refused_by_the_executor_and_the_simulator_alike():
 class _OneSendAtATime(IssuePolicy):
     """Every send waits until every earlier send is done, whatever its step or peer."""
 
-    def finishes_first(self, send, earlier) -> bool:
-        return True
+    def sends_first(self, send, issued) -> list[int]:
+        return list(issued)
 
 
 def _fan_out(count: int) -> Schedule:

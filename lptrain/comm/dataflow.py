@@ -283,7 +283,7 @@ class Dataflow:
 
     def apply_through(self, a: Action) -> None:
         """Apply posted receives, oldest first, until none before ``a`` wrote its elements."""
-        while any(self.policy.applies_first(a, p.action) for p in self.posted):
+        while self.policy.applies_first(a, (p.action for p in self.posted)):
             self.apply_oldest()
 
     def post_late(self, cursor: int, a: Action) -> None:
@@ -327,10 +327,10 @@ class Dataflow:
         """Issue ``a`` once what the issue policy asks is done, the window of receives refilled first."""
         self.apply_through(a)
         if self.policy.waits_for_sends:
-            self.finish_sends([i for i, (s, _) in self.sending.items() if self.policy.finishes_first(a, s)])
+            self.finish_sends(self.policy.sends_first(a, self.sending))
             self.pace(a)
         if self.policy.waits_for_receives:
-            while any(self.policy.receives_first(a, p.action) for p in self.posted):
+            while self.policy.receives_first(a, (p.action for p in self.posted)):
                 self.apply_oldest()
         self.look_ahead(cursor - 1)  # refill the window before this send's bytes queue up
         self.sending[a.index] = (a, self.call.post(self.isend, self.call.elements(a), a.peer))

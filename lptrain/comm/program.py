@@ -20,10 +20,13 @@ may overlap:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from lptrain.comm.schedule import Kind, Schedule
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,37 +89,43 @@ class Waits:
 class IssuePolicy:
     """What a send waits for before it is issued, under one issue order (module docstring).
 
-    Its answers are predicates on a send and one earlier action, so that the executor and
-    the simulator ask them of what each still has pending (receives not yet applied, sends
-    not known to be done), which keeps a send's cost to that, not to the whole program.
-    The two flags say whether a predicate can say yes at all, so that a runner skips what
-    an order never waits for."""
+    The executor and the simulator ask it of what each still has pending (the receives
+    posted and not yet applied, the sends issued), which keeps a send's cost to that rather
+    than to the whole program. The two flags say whether an order waits for earlier sends
+    or receives at all, so that a runner skips what it never waits for."""
 
     name: str
     waits_for_sends: bool  # earlier steps' sends to other peers
     waits_for_receives: bool  # earlier steps' receives
 
-    def applies_first(self, action: Action, receive: Action) -> bool:
-        """``receive`` comes before ``action`` and wrote elements it reads or overwrites: it is
-        applied first (and with it every receive before it: receives apply in program order)."""
-        return receive.index < action.index and receive.overlaps(action.start, action.stop)
+    def applies_first(self, action: Action, unapplied: Iterable[Action]) -> bool:
+        """Whether one of the ``unapplied`` receives comes before ``action`` and wrote elements
+        it reads or overwrites. Receives apply oldest first, so a runner applies the oldest
+        and asks again until the answer is no."""
+        return any(r.index < action.index and r.overlaps(action.start, action.stop) for r in unapplied)
 
-    def finishes_first(self, send: Action, earlier: Action) -> bool:
-        """``earlier``, a send issued before ``send``, must be complete before ``send`` is issued."""
-        return self.waits_for_sends and earlier.step < send.step and earlier.peer != send.peer
+    def sends_first(self, send: Action, issued: Mapping[int, tuple[Action, T]]) -> list[int]:
+        """Of the sends ``issued`` before ``send`` (program index -> the send and what the runner
+        keeps for it: a handle, a message's key), those that must be complete before ``send``."""
+        if not self.waits_for_sends:
+            return []
+        return [i for i, (s, _) in issued.items() if s.step < send.step and s.peer != send.peer]
 
-    def receives_first(self, send: Action, receive: Action) -> bool:
-        """``receive``, posted before ``send``, must be in before ``send`` is issued."""
-        return self.waits_for_receives and receive.step < send.step
+    def receives_first(self, send: Action, earlier: Iterable[Action]) -> list[Action]:
+        """Of the actions ``earlier`` than ``send``, the receives that must be in (and, in the
+        executor, applied) before ``send`` is issued."""
+        if not self.waits_for_receives:
+            return []
+        return [r for r in earlier if not r.send and r.step < send.step]
 
     def waits(self, program: Sequence[Action], send: Action) -> Waits:
-        """Every earlier action of ``program`` that ``send`` waits for: the predicates' answers
-        over the whole program at once (for reading and tests; runners ask per pending action)."""
+        """Every earlier action of ``program`` that ``send`` waits for: the answers above over the
+        whole program at once (for reading and tests; the runners ask of what is pending)."""
         earlier = program[: send.index]
         return Waits(
-            applied=tuple(a.index for a in earlier if not a.send and self.applies_first(send, a)),
-            sends=tuple(a.index for a in earlier if a.send and self.finishes_first(send, a)),
-            receives=tuple(a.index for a in earlier if not a.send and self.receives_first(send, a)),
+            applied=tuple(r.index for r in earlier if not r.send and self.applies_first(send, (r,))),
+            sends=tuple(self.sends_first(send, {s.index: (s, None) for s in earlier if s.send})),
+            receives=tuple(r.index for r in self.receives_first(send, earlier)),
         )
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from lptrain.comm.program import Action, IssuePolicy, issue_policy, rank_program
@@ -79,7 +78,7 @@ class _Rank:
         self.sent: dict[int, int] = defaultdict(int)  # messages sent so far to each peer
         self.received: dict[int, int] = defaultdict(int)  # receives posted so far from each peer
         self.recv_key: dict[int, Key] = {}  # action index -> message key
-        self.issued: list[tuple[Action, Key]] = []  # each send issued, with its message's key
+        self.issued: dict[int, tuple[Action, Key]] = {}  # action index -> the send, its message's key
         self.finished = False
 
 
@@ -146,19 +145,16 @@ class _Simulation:
     def wait_before_send(self, rank: _Rank, a: Action) -> bool:
         """Whether ``rank`` may issue ``a`` now, after what the issue policy makes it wait for
         (False: something has not arrived or left yet, and the rank waits)."""
-        if not self.apply_while(rank, lambda p: self.policy.applies_first(a, p)):
-            return False
+        while self.policy.applies_first(a, rank.unapplied):
+            if not self.apply_oldest(rank):
+                return False
         if self.policy.waits_for_sends:
-            earlier = [k for s, k in rank.issued if self.policy.finishes_first(a, s)]
+            earlier = [rank.issued[i][1] for i in self.policy.sends_first(a, rank.issued)]
             if any(k not in self.delivered for k in earlier):
                 return False
             rank.clock = max([rank.clock, *(self.delivered[k] for k in earlier)])
         if self.policy.waits_for_receives:
-            before = [
-                rank.recv_key[p.index]
-                for p in rank.program[: a.index]
-                if not p.send and self.policy.receives_first(a, p)
-            ]
+            before = [rank.recv_key[p.index] for p in self.policy.receives_first(a, rank.program[: a.index])]
             if any(k not in self.arrived for k in before):
                 return False
             rank.clock = max([rank.clock, *(self.arrived[k] for k in before)])
@@ -171,7 +167,7 @@ class _Simulation:
         links = self.topology.route(rank.rank, a.peer)
         flow = _Flow(rank.rank, a.peer, key, links, (a.stop - a.start) * self.itemsize, sum(x.latency for x in links))
         heapq.heappush(self.starts, (rank.clock, self.sequence, flow))
-        rank.issued.append((a, key))
+        rank.issued[a.index] = (a, key)
         self.sequence += 1
 
     def apply_oldest(self, rank: _Rank) -> bool:
@@ -183,14 +179,6 @@ class _Simulation:
         rank.clock = max(rank.clock, self.arrived[key])
         if a.kind is Kind.REDUCE:
             rank.clock += (a.stop - a.start) * self.itemsize * self.topology.gamma
-        return True
-
-    def apply_while(self, rank: _Rank, needed: Callable[[Action], bool]) -> bool:
-        """Apply receives, oldest first, while one still ``needed`` is unapplied (False: one has
-        not arrived yet, and the rank waits for it)."""
-        while any(needed(p) for p in rank.unapplied):
-            if not self.apply_oldest(rank):
-                return False
         return True
 
     # -- the network ------------------------------------------------------------------------
