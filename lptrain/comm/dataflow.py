@@ -32,11 +32,16 @@ a segment whenever its data is in (LP's pipeline); ``ports`` first waits until t
 rank's sends of earlier steps to other peers are done (a tree's parent serves one child
 at a time, where all at once would share its port); ``steps`` also applies every receive
 of earlier steps first (BE, whose steps each exchange with a new partner and add what the
-last one brought).
+last one brought). What each order waits for is stated once, in ``lptrain.comm.program``
+(``IssuePolicy``), which the simulator (``lptrain.sim.dataflow``) asks too.
 
 Messages between two ranks match in the order they are posted, so sends are issued and
 receives posted in program order; the look-ahead stops at the first receive it may not
 post yet. Every wait names the step and the peer it was for.
+
+One call is a ``Dataflow`` (its state: the receives posted, the sends in flight, the
+look-ahead cursor, the port's drain clock) over a ``_Call`` (the work tensor, the staging
+slots, the named and timed waits, the profile), which ``run_batched_steps`` shares.
 """
 
 from __future__ import annotations
@@ -48,56 +53,19 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.comm.schedule import Kind, Schedule
+from lptrain.comm.program import ISSUE_ORDERS, Action, IssuePolicy, issue_policy, rank_program
+from lptrain.comm.schedule import Kind
 
-ISSUE_ORDERS = ("eager", "ports", "steps")
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One segment this rank sends or receives; ``start``/``stop`` are element offsets."""
-
-    index: int  # position in the rank's program
-    step: int
-    send: bool
-    peer: int
-    start: int
-    stop: int
-    kind: Kind
-    in_place: bool  # a copying receive that may land in its destination (no same-step send reads it)
-    # (receives that are not in place, adding ones among them, land in a staging buffer)
-    after: int  # the last earlier action touching these elements (-1: none)
-
-    def overlaps(self, start: int, stop: int) -> bool:
-        return _overlap(self.start, self.stop, start, stop)
-
-
-def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
-    return a0 < b1 and b0 < a1
-
-
-def rank_program(schedule: Schedule, rank: int, segment: int) -> tuple[Action, ...]:
-    """``rank``'s sends and receives in schedule order, cut into segments of at most ``segment``
-    elements; within a step, the sends come first (they carry the values from before the step)."""
-    if segment < 1:
-        raise ValueError(f"segment must be at least 1 element, got {segment}")
-    raw: list[tuple[int, bool, int, int, int, Kind, bool]] = []
-    for number, step in enumerate(schedule.steps):
-        sends = [t for t in step if t.src == rank]
-        recvs = [t for t in step if t.dst == rank]
-        for t in sends:
-            for a in range(t.start, t.stop, segment):
-                raw.append((number, True, t.dst, a, min(a + segment, t.stop), t.kind, False))
-        for t in recvs:
-            clash = any(_overlap(s.start, s.stop, t.start, t.stop) for s in sends)
-            for a in range(t.start, t.stop, segment):
-                in_place = t.kind is Kind.COPY and not clash
-                raw.append((number, False, t.src, a, min(a + segment, t.stop), t.kind, in_place))
-    actions: list[Action] = []
-    for index, (number, send, peer, a, b, kind, in_place) in enumerate(raw):
-        after = next((j for j in range(index - 1, -1, -1) if _overlap(raw[j][3], raw[j][4], a, b)), -1)
-        actions.append(Action(index, number, send, peer, a, b, kind, in_place, after))
-    return tuple(actions)
+__all__ = [
+    "ISSUE_ORDERS",
+    "Action",
+    "Dataflow",
+    "Profile",
+    "StagingPool",
+    "rank_program",
+    "run_batched_steps",
+    "run_program",
+]
 
 
 class StagingPool:
@@ -147,6 +115,93 @@ class Profile:
         )
 
 
+# isend(buffer, peer) / irecv(buffer, peer) return a handle; wait(handle, what) blocks or raises.
+Post = Callable[[torch.Tensor, int], object]
+Wait = Callable[[object, str], None]
+# batch(ops) posts [(send?, buffer, peer), ...] together and returns their handles in order.
+Batch = Callable[[list[tuple[bool, torch.Tensor, int]]], list]
+
+
+class _Call:
+    """One call of a rank's program on its flat ``work`` tensor, as both ways of running it
+    see it: the bytes of an action's elements, the staging slot a receive lands in and its
+    copy or addition into ``work``, each wait named after its step and peer, ``on_step``,
+    and the time spent waiting, posting and applying, added to the ``Profile`` at the end.
+    Keeping it in one place is what makes the batched steps and the dataflow account alike."""
+
+    def __init__(
+        self,
+        work: torch.Tensor,
+        *,
+        wait: Wait,
+        pool: StagingPool,
+        segment_bytes: int,
+        num_steps: int,
+        on_step: Callable[[int], None] | None,
+        profile: Profile | None,
+    ) -> None:
+        self.clock = time.perf_counter
+        self.started = self.clock()
+        self.work, self.raw, self.size = work, work.view(torch.uint8), work.element_size()
+        self._wait, self.pool, self.segment_bytes = wait, pool, segment_bytes
+        self.num_steps, self.on_step, self.profile = num_steps, on_step, profile
+        self.step = -1  # the step under way, for on_step
+        self.waited = self.posting = self.applied = 0.0
+
+    def begin(self, a: Action) -> None:
+        """Tell ``on_step`` when ``a`` starts a new step."""
+        if a.step != self.step:
+            self.step = a.step
+            if self.on_step is not None:
+                self.on_step(a.step)
+
+    def what(self, a: Action) -> str:
+        way = f"sending to rank {a.peer}" if a.send else f"receiving from rank {a.peer}"
+        return f"step {a.step + 1}/{self.num_steps}, {way}"
+
+    def wait(self, handle: object, a: Action) -> None:
+        t0 = self.clock()
+        self._wait(handle, self.what(a))
+        self.waited += self.clock() - t0
+
+    def post(self, call: Post, buffer: torch.Tensor, peer: int) -> object:
+        t0 = self.clock()
+        handle = call(buffer, peer)
+        self.posting += self.clock() - t0
+        return handle
+
+    def elements(self, a: Action) -> torch.Tensor:
+        """``a``'s elements of ``work``, as bytes (messages travel as raw bytes)."""
+        return self.raw[a.start * self.size : a.stop * self.size]
+
+    def stage(self, a: Action) -> tuple[torch.Tensor, torch.Tensor]:
+        """A staging slot from the pool and the part of it ``a``'s bytes land in."""
+        slot = self.pool.take(self.work.device, self.segment_bytes)
+        return slot, slot[: (a.stop - a.start) * self.size]
+
+    def land(self, a: Action, slot: torch.Tensor) -> None:
+        """Copy or add a staged receive into ``work``, and give its slot back."""
+        t0 = self.clock()
+        incoming = slot[: (a.stop - a.start) * self.size].view(self.work.dtype)
+        if a.kind is Kind.COPY:
+            self.work[a.start : a.stop].copy_(incoming)
+        else:
+            self.work[a.start : a.stop].add_(incoming)
+        self.applied += self.clock() - t0
+        self.pool.give(self.work.device, slot)
+
+    def close(self, messages: int) -> None:
+        """Add this call to the profile."""
+        if self.profile is None:
+            return
+        self.profile.calls += 1
+        self.profile.messages += messages
+        self.profile.total_s += self.clock() - self.started
+        self.profile.wait_s += self.waited
+        self.profile.post_s += self.posting
+        self.profile.apply_s += self.applied
+
+
 @dataclass(slots=True)
 class _Posted:
     action: Action
@@ -154,9 +209,149 @@ class _Posted:
     staged: torch.Tensor | None  # the staging slot, or None when received in place
 
 
-# isend(buffer, peer) / irecv(buffer, peer) return a handle; wait(handle, what) blocks or raises.
-Post = Callable[[torch.Tensor, int], object]
-Wait = Callable[[object, str], None]
+class _Port:
+    """This rank's outgoing port as one queue drained at the measured rate: when the bytes
+    of each step issued so far would have left it, and which peers that step sent to."""
+
+    def __init__(self, bytes_per_s: float) -> None:
+        self.rate = bytes_per_s
+        self.free = 0.0  # when the bytes issued so far would have left the port
+        self.steps: dict[int, tuple[float, set[int]]] = {}  # step -> (when its bytes have left, its peers)
+
+    def drained(self, a: Action) -> float:
+        """When the bytes of the earlier steps that sent to a peer other than ``a``'s have left."""
+        return max((t for s, (t, to) in self.steps.items() if s < a.step and to - {a.peer}), default=0.0)
+
+    def queue(self, a: Action, nbytes: int, now: float) -> None:
+        self.free = max(self.free, now) + nbytes / self.rate
+        self.steps[a.step] = (self.free, self.steps.get(a.step, (0.0, set()))[1] | {a.peer})
+
+
+class Dataflow:
+    """One call of ``run_program``: the program worked through in order (module docstring).
+
+    Its state: the receives posted and not yet applied (in program order), the sends
+    issued and not yet known complete, the look-ahead cursor (the next action it may post,
+    a receive, or skip past, a send) and the port's drain clock; each step of the dataflow
+    is a method."""
+
+    def __init__(
+        self,
+        program: tuple[Action, ...],
+        call: _Call,
+        *,
+        isend: Post,
+        irecv: Post,
+        window: int,
+        policy: IssuePolicy,
+        drain_bytes_per_s: float = 0.0,
+    ) -> None:
+        self.program, self.call, self.policy = program, call, policy
+        self.isend, self.irecv, self.window = isend, irecv, window
+        self.posted: deque[_Posted] = deque()
+        self.sending: dict[int, tuple[Action, object]] = {}
+        self.lookahead = 0
+        self.port = _Port(drain_bytes_per_s) if drain_bytes_per_s > 0 else None
+
+    def run(self) -> None:
+        self.look_ahead(-1)  # receives first: see the module docstring
+        for cursor, a in enumerate(self.program):
+            self.call.begin(a)
+            if a.send:
+                self.issue_send(cursor, a)
+            elif cursor >= self.lookahead:  # not posted by the look-ahead: post it now
+                self.post_late(cursor, a)
+            while len(self.posted) > self.window:
+                self.apply_oldest()
+            self.look_ahead(cursor)
+        self.finish()
+
+    # -- receives ---------------------------------------------------------------------
+    def post_receive(self, a: Action, in_place: bool) -> None:
+        if in_place:
+            self.posted.append(_Posted(a, self.call.post(self.irecv, self.call.elements(a), a.peer), None))
+        else:
+            slot, buffer = self.call.stage(a)
+            self.posted.append(_Posted(a, self.call.post(self.irecv, buffer, a.peer), slot))
+
+    def apply_oldest(self) -> None:
+        p = self.posted.popleft()
+        self.call.wait(p.handle, p.action)
+        if p.staged is not None:
+            self.finish_overlapping_sends(p.action)  # a send of these elements must not see this receive
+            self.call.land(p.action, p.staged)
+
+    def apply_through(self, a: Action) -> None:
+        """Apply posted receives, oldest first, until none before ``a`` wrote its elements."""
+        while self.policy.applies_first(a, (p.action for p in self.posted)):
+            self.apply_oldest()
+
+    def post_late(self, cursor: int, a: Action) -> None:
+        """Post a receive the look-ahead could not; in place once nothing earlier touches it."""
+        if a.in_place:
+            self.apply_through(a)
+            self.finish_overlapping_sends(a)
+        self.post_receive(a, a.in_place)
+        self.lookahead = cursor + 1
+
+    def can_post_in_place(self, a: Action, cursor: int) -> bool:
+        """Nothing earlier still reads or writes the elements (posting it early is then safe)."""
+        if a.after < 0:
+            return True
+        if a.after >= cursor:  # an earlier action touching them has not even been issued
+            return False
+        earlier = any(i < a.index and s.overlaps(a.start, a.stop) for i, (s, _) in self.sending.items())
+        pending = any(p.action.overlaps(a.start, a.stop) for p in self.posted)
+        return not earlier and not pending
+
+    def look_ahead(self, cursor: int) -> None:
+        """Post the receives after ``cursor`` until the window is full, in program order."""
+        self.lookahead = max(self.lookahead, cursor + 1)
+        while self.lookahead < len(self.program) and len(self.posted) < self.window:
+            a = self.program[self.lookahead]
+            if not a.send:
+                self.post_receive(a, a.in_place and self.can_post_in_place(a, cursor + 1))
+            self.lookahead += 1
+
+    # -- sends ------------------------------------------------------------------------
+    def finish_sends(self, indices: list[int]) -> None:
+        for index in indices:
+            earlier, handle = self.sending.pop(index)
+            self.call.wait(handle, earlier)
+
+    def finish_overlapping_sends(self, a: Action) -> None:
+        """Complete the sends issued before ``a`` that read its elements."""
+        self.finish_sends([i for i, (s, _) in self.sending.items() if i < a.index and s.overlaps(a.start, a.stop)])
+
+    def issue_send(self, cursor: int, a: Action) -> None:
+        """Issue ``a`` once what the issue policy asks is done, the window of receives refilled first."""
+        self.apply_through(a)
+        if self.policy.waits_for_sends:
+            self.finish_sends(self.policy.sends_first(a, self.sending))
+            self.pace(a)
+        if self.policy.waits_for_receives:
+            while self.policy.receives_first(a, (p.action for p in self.posted)):
+                self.apply_oldest()
+        self.look_ahead(cursor - 1)  # refill the window before this send's bytes queue up
+        self.sending[a.index] = (a, self.call.post(self.isend, self.call.elements(a), a.peer))
+        if self.port is not None:
+            self.port.queue(a, (a.stop - a.start) * self.call.size, self.call.clock())
+
+    def pace(self, a: Action) -> None:
+        """Sleep until the earlier steps' bytes to other peers would have crossed the link."""
+        if self.port is None:
+            return
+        delay = self.port.drained(a) - self.call.clock()
+        if delay > 0:
+            time.sleep(delay)
+            self.call.waited += delay
+
+    def finish(self) -> None:
+        while self.posted:
+            self.apply_oldest()
+        for a, handle in self.sending.values():
+            self.call.wait(handle, a)
+        self.call.close(len(self.program))
 
 
 def run_program(
@@ -183,141 +378,13 @@ def run_program(
     later step's sends split the port with the earlier step's bytes still queued. A send to
     another peer therefore also waits until the earlier steps' bytes would have left at
     that rate: the port is modelled as one queue, each send's bytes joining it when issued."""
-    if order not in ISSUE_ORDERS:
-        raise ValueError(f"unknown issue order {order!r}; valid: {', '.join(ISSUE_ORDERS)}")
-    clock = time.perf_counter
-    started = clock()
-    waited = applied = posting = 0.0
-    raw = work.view(torch.uint8)
-    size = work.element_size()
-    posted: deque[_Posted] = deque()  # receives posted and not yet applied, in program order
-    sending: dict[int, tuple[Action, object]] = {}  # sends issued and not yet known complete
-    lookahead = 0  # the next action the look-ahead may post (a receive) or skip past (a send)
-    step_drained: dict[int, tuple[float, set[int]]] = {}  # step -> (when its bytes have left, its peers)
-    port_free = 0.0  # when the bytes issued so far would have left the port at drain_bytes_per_s
-
-    def what(a: Action) -> str:
-        way = f"sending to rank {a.peer}" if a.send else f"receiving from rank {a.peer}"
-        return f"step {a.step + 1}/{num_steps}, {way}"
-
-    def timed_wait(handle, a: Action) -> None:
-        nonlocal waited
-        t0 = clock()
-        wait(handle, what(a))
-        waited += clock() - t0
-
-    def finish_sends(start: int, stop: int, before: int) -> None:
-        for index in [i for i, (a, _) in sending.items() if i < before and a.overlaps(start, stop)]:
-            a, handle = sending.pop(index)
-            timed_wait(handle, a)
-
-    def apply_oldest() -> None:
-        nonlocal applied
-        p = posted.popleft()
-        a = p.action
-        timed_wait(p.handle, a)
-        if p.staged is not None:
-            finish_sends(a.start, a.stop, a.index)  # a send of these elements must not see this receive
-            t0 = clock()
-            incoming = p.staged[: (a.stop - a.start) * size].view(work.dtype)
-            if a.kind is Kind.COPY:
-                work[a.start : a.stop].copy_(incoming)
-            else:
-                work[a.start : a.stop].add_(incoming)
-            applied += clock() - t0
-            pool.give(work.device, p.staged)
-
-    def apply_through(a: Action) -> None:
-        """Apply posted receives, oldest first, until none before ``a`` overlaps it."""
-        while any(p.action.index < a.index and p.action.overlaps(a.start, a.stop) for p in posted):
-            apply_oldest()
-
-    def timed(call: Post, buffer: torch.Tensor, peer: int):
-        nonlocal posting
-        t0 = clock()
-        handle = call(buffer, peer)
-        posting += clock() - t0
-        return handle
-
-    def post(a: Action, in_place: bool) -> None:
-        if in_place:
-            handle = timed(irecv, raw[a.start * size : a.stop * size], a.peer)
-            posted.append(_Posted(a, handle, None))
-        else:
-            staged = pool.take(work.device, segment_bytes)
-            handle = timed(irecv, staged[: (a.stop - a.start) * size], a.peer)
-            posted.append(_Posted(a, handle, staged))
-
-    def can_post_in_place(a: Action, cursor: int) -> bool:
-        """Nothing earlier still reads or writes the elements (posting it early is then safe)."""
-        if a.after < 0:
-            return True
-        if a.after >= cursor:  # an earlier action touching them has not even been issued
-            return False
-        earlier = [i for i, (s, _) in sending.items() if i < a.index and s.overlaps(a.start, a.stop)]
-        pending = [p for p in posted if p.action.overlaps(a.start, a.stop)]
-        return not earlier and not pending
-
-    def look_ahead(cursor: int) -> None:
-        nonlocal lookahead
-        lookahead = max(lookahead, cursor + 1)
-        while lookahead < len(program) and len(posted) < window:
-            a = program[lookahead]
-            if not a.send:
-                post(a, a.in_place and can_post_in_place(a, cursor + 1))
-            lookahead += 1
-
-    look_ahead(-1)  # receives first: see the module docstring
-    step = -1
-    for cursor, a in enumerate(program):
-        if a.step != step:
-            step = a.step
-            if on_step is not None:
-                on_step(step)
-        if a.send:
-            apply_through(a)
-            if order != "eager":
-                for index in [i for i, (s, _) in sending.items() if s.step < a.step and s.peer != a.peer]:
-                    earlier, handle = sending.pop(index)
-                    timed_wait(handle, earlier)
-                if drain_bytes_per_s > 0:
-                    drained = [t for s, (t, to) in step_drained.items() if s < a.step and to - {a.peer}]
-                    delay = max(drained, default=0.0) - clock()
-                    if delay > 0:
-                        time.sleep(delay)
-                        waited += delay
-            if order == "steps":
-                while posted and posted[0].action.step < a.step:
-                    apply_oldest()
-            look_ahead(cursor - 1)  # refill the window before this send's bytes queue up
-            sending[a.index] = (a, timed(isend, raw[a.start * size : a.stop * size], a.peer))
-            if drain_bytes_per_s > 0:
-                port_free = max(port_free, clock()) + (a.stop - a.start) * size / drain_bytes_per_s
-                step_drained[a.step] = (port_free, step_drained.get(a.step, (0.0, set()))[1] | {a.peer})
-        elif cursor >= lookahead:  # not posted by the look-ahead: post it now
-            if a.in_place:
-                apply_through(a)
-                finish_sends(a.start, a.stop, a.index)
-            post(a, a.in_place)
-            lookahead = cursor + 1
-        while len(posted) > window:
-            apply_oldest()
-        look_ahead(cursor)
-    while posted:
-        apply_oldest()
-    for a, handle in sending.values():
-        timed_wait(handle, a)
-    if profile is not None:
-        profile.calls += 1
-        profile.messages += len(program)
-        profile.total_s += clock() - started
-        profile.wait_s += waited
-        profile.post_s += posting
-        profile.apply_s += applied
-
-
-# batch(ops) posts [(send?, buffer, peer), ...] together and returns their handles in order.
-Batch = Callable[[list[tuple[bool, torch.Tensor, int]]], list]
+    policy = issue_policy(order)
+    call = _Call(
+        work, wait=wait, pool=pool, segment_bytes=segment_bytes, num_steps=num_steps, on_step=on_step, profile=profile
+    )
+    Dataflow(
+        program, call, isend=isend, irecv=irecv, window=window, policy=policy, drain_bytes_per_s=drain_bytes_per_s
+    ).run()
 
 
 def run_batched_steps(
@@ -346,48 +413,33 @@ def run_batched_steps(
     the values from before the step, its receives are applied in program order after all of
     them are in, a copying receive lands in place where no send of the step reads it.
     """
-    clock = time.perf_counter
-    started = clock()
-    waited = applied = 0.0
-    raw = work.view(torch.uint8)
-    size = work.element_size()
+    call = _Call(
+        work, wait=wait, pool=pool, segment_bytes=segment_bytes, num_steps=num_steps, on_step=on_step, profile=profile
+    )
+    for actions in _steps(program):
+        call.begin(actions[0])
+        buffers = [_batch_buffer(call, a, actions) for a in actions]
+        handles = batch([(a.send, buffer, a.peer) for a, (buffer, _) in zip(actions, buffers)])
+        for a, handle in zip(actions, handles):
+            call.wait(handle, a)
+        for a, (_, slot) in zip(actions, buffers):
+            if slot is not None:
+                call.land(a, slot)
+    call.close(len(program))
+
+
+def _steps(program: tuple[Action, ...]) -> list[list[Action]]:
     by_step: dict[int, list[Action]] = {}
     for a in program:
         by_step.setdefault(a.step, []).append(a)
-    for number, actions in by_step.items():
-        if on_step is not None:
-            on_step(number)
-        ops, staged = [], []
-        for a in actions:
-            alone = not any(b is not a and not b.send and b.overlaps(a.start, a.stop) for b in actions)
-            if a.send or (a.in_place and alone):
-                buffer = raw[a.start * size : a.stop * size]
-                staged.append(None)
-            else:
-                slot = pool.take(work.device, segment_bytes)
-                buffer = slot[: (a.stop - a.start) * size]
-                staged.append(slot)
-            ops.append((a.send, buffer, a.peer))
-        handles = batch(ops)
-        t0 = clock()
-        for a, handle in zip(actions, handles):
-            way = f"sending to rank {a.peer}" if a.send else f"receiving from rank {a.peer}"
-            wait(handle, f"step {a.step + 1}/{num_steps}, {way}")
-        waited += clock() - t0
-        t0 = clock()
-        for a, slot in zip(actions, staged):
-            if slot is None:
-                continue
-            incoming = slot[: (a.stop - a.start) * size].view(work.dtype)
-            if a.kind is Kind.COPY:
-                work[a.start : a.stop].copy_(incoming)
-            else:
-                work[a.start : a.stop].add_(incoming)
-            pool.give(work.device, slot)
-        applied += clock() - t0
-    if profile is not None:
-        profile.calls += 1
-        profile.messages += len(program)
-        profile.total_s += clock() - started
-        profile.wait_s += waited
-        profile.apply_s += applied
+    return list(by_step.values())
+
+
+def _batch_buffer(call: _Call, a: Action, actions: list[Action]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Where ``a`` moves its bytes within its step's batch: its own elements for a send and for
+    a copying receive no other receive of the step overlaps, else a staging slot (also returned)."""
+    alone = not any(b is not a and not b.send and b.overlaps(a.start, a.stop) for b in actions)
+    if a.send or (a.in_place and alone):
+        return call.elements(a), None
+    slot, buffer = call.stage(a)
+    return buffer, slot

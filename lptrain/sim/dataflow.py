@@ -11,7 +11,8 @@ each rank's program (``rank_program``, the executor's own) in simulated time:
   issuing a send costs ``overhead`` of its time; before a send it applies, in program
   order, the receives that wrote the elements the send carries (``gamma`` per byte added),
   and waits for what the algorithm's issue order asks (earlier steps' sends to other
-  peers for ``ports``, and every earlier step's receive too for ``steps``);
+  peers for ``ports``, and every earlier step's receive too for ``steps``): it asks the
+  executor's own ``IssuePolicy`` (``lptrain.comm.program``), so the two cannot drift;
 * a message flows once it is sent (its receive was posted ahead) and the messages sent
   before it to the same peer have gone (one connection per pair, first in first out),
   over the links of its route, sharing each link with the other pairs' messages crossing
@@ -28,16 +29,18 @@ import heapq
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
-from lptrain.comm.dataflow import Action, rank_program
+from lptrain.comm.program import Action, IssuePolicy, issue_policy, rank_program
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.topology import Link, Topology
+
+Key = tuple[int, int, int]  # a message: (src, dst, n-th message of the pair)
 
 
 @dataclass
 class _Flow:
     src: int
     dst: int
-    key: tuple[int, int, int]  # (src, dst, n-th message of the pair)
+    key: Key
     links: tuple[Link, ...]
     remaining: float
     latency: float
@@ -74,9 +77,140 @@ class _Rank:
         self.unapplied: deque[Action] = deque()  # receives posted, not yet applied, in program order
         self.sent: dict[int, int] = defaultdict(int)  # messages sent so far to each peer
         self.received: dict[int, int] = defaultdict(int)  # receives posted so far from each peer
-        self.recv_key: dict[int, tuple[int, int, int]] = {}  # action index -> message key
-        self.issued: list[tuple[int, int, tuple[int, int, int]]] = []  # (step, peer, key) of each send
+        self.recv_key: dict[int, Key] = {}  # action index -> message key
+        self.issued: dict[int, tuple[Action, Key]] = {}  # action index -> the send, its message's key
         self.finished = False
+
+
+class _Simulation:
+    """Every rank's program run in simulated time (see the module docstring).
+
+    The ranks advance until they wait for a message; the network then moves the flows in
+    flight to the next event (a flow finishing or a send's start), and the ranks advance
+    again, until every rank is done."""
+
+    def __init__(self, schedule: Schedule, topology: Topology, segment: int, itemsize: int, policy: IssuePolicy):
+        self.topology, self.itemsize, self.policy = topology, itemsize, policy
+        self.ranks = [_Rank(r, rank_program(schedule, r, segment)) for r in range(schedule.world_size)]
+        self.arrived: dict[Key, float] = {}  # message key -> when its last byte landed
+        self.delivered: dict[Key, float] = {}  # message key -> when its last byte left
+        self.starts: list[tuple[float, int, _Flow]] = []  # flows waiting for their send time
+        self.sequence = 0
+        self.now = 0.0
+        self.active: list[_Flow] = []
+        self.queued: dict[tuple[int, int], deque[_Flow]] = defaultdict(deque)  # sent, behind an earlier message
+
+    def run(self) -> float:
+        for rank in self.ranks:
+            self.advance(rank)
+        while self.starts or self.active:
+            if self.move_flows():
+                for rank in self.ranks:
+                    if not rank.finished:
+                        self.advance(rank)
+        stuck = [r.rank for r in self.ranks if not r.finished]
+        if stuck:
+            raise RuntimeError(f"ranks {stuck} never received what they wait for: the schedule is not a closed set")
+        return max((self.end(rank) for rank in self.ranks), default=0.0)
+
+    def end(self, rank: _Rank) -> float:
+        """A rank is done once its last message has landed at the peer, too."""
+        sent = [self.arrived[(rank.rank, d, n)] for d, count in rank.sent.items() for n in range(count)]
+        return max([rank.clock, *sent])
+
+    # -- a rank's program -----------------------------------------------------------------
+    def advance(self, rank: _Rank) -> None:
+        """Advance ``rank`` until it needs a message that has not arrived (or it is done)."""
+        while rank.pc < len(rank.program):
+            a = rank.program[rank.pc]
+            if not a.send:
+                self.post_receive(rank, a)
+            elif self.wait_before_send(rank, a):
+                self.send(rank, a)
+            else:
+                return
+            rank.pc += 1
+        while rank.unapplied:  # the end of the call: every receive applied
+            if not self.apply_oldest(rank):
+                return
+        rank.finished = True
+
+    def post_receive(self, rank: _Rank, a: Action) -> None:
+        key = (a.peer, rank.rank, rank.received[a.peer])
+        rank.received[a.peer] += 1
+        rank.recv_key[a.index] = key
+        rank.unapplied.append(a)
+        rank.clock += self.topology.overhead
+
+    def wait_before_send(self, rank: _Rank, a: Action) -> bool:
+        """Whether ``rank`` may issue ``a`` now, after what the issue policy makes it wait for
+        (False: something has not arrived or left yet, and the rank waits)."""
+        while self.policy.applies_first(a, rank.unapplied):
+            if not self.apply_oldest(rank):
+                return False
+        if self.policy.waits_for_sends:
+            earlier = [rank.issued[i][1] for i in self.policy.sends_first(a, rank.issued)]
+            if any(k not in self.delivered for k in earlier):
+                return False
+            rank.clock = max([rank.clock, *(self.delivered[k] for k in earlier)])
+        if self.policy.waits_for_receives:
+            before = [rank.recv_key[p.index] for p in self.policy.receives_first(a, rank.program[: a.index])]
+            if any(k not in self.arrived for k in before):
+                return False
+            rank.clock = max([rank.clock, *(self.arrived[k] for k in before)])
+        return True
+
+    def send(self, rank: _Rank, a: Action) -> None:
+        key = (rank.rank, a.peer, rank.sent[a.peer])
+        rank.sent[a.peer] += 1
+        rank.clock += self.topology.overhead
+        links = self.topology.route(rank.rank, a.peer)
+        flow = _Flow(rank.rank, a.peer, key, links, (a.stop - a.start) * self.itemsize, sum(x.latency for x in links))
+        heapq.heappush(self.starts, (rank.clock, self.sequence, flow))
+        rank.issued[a.index] = (a, key)
+        self.sequence += 1
+
+    def apply_oldest(self, rank: _Rank) -> bool:
+        a = rank.unapplied[0]
+        key = rank.recv_key[a.index]
+        if key not in self.arrived:
+            return False
+        rank.unapplied.popleft()
+        rank.clock = max(rank.clock, self.arrived[key])
+        if a.kind is Kind.REDUCE:
+            rank.clock += (a.stop - a.start) * self.itemsize * self.topology.gamma
+        return True
+
+    # -- the network ------------------------------------------------------------------------
+    def move_flows(self) -> bool:
+        """Move time to the next event: a flow finishing or a send's start. True when a flow
+        finished (its message has landed, and a rank may go on)."""
+        fair_rates(self.active)
+        finish = min((self.now + f.remaining / f.rate for f in self.active), default=float("inf"))
+        begin = self.starts[0][0] if self.starts else float("inf")
+        step_to = min(finish, begin)
+        for f in self.active:
+            f.remaining -= f.rate * (step_to - self.now)
+        self.now = step_to
+        while self.starts and self.starts[0][0] <= self.now:
+            self.start(heapq.heappop(self.starts)[2])
+        done = [f for f in self.active if f.remaining <= 1e-9 * max(1.0, f.rate)]
+        if not done:
+            return False
+        self.active = [f for f in self.active if f not in done]
+        for f in done:
+            self.arrived[f.key] = self.now + f.latency
+            self.delivered[f.key] = self.now
+            if self.queued[(f.src, f.dst)]:
+                self.active.append(self.queued[(f.src, f.dst)].popleft())
+        return True
+
+    def start(self, flow: _Flow) -> None:
+        pair = (flow.src, flow.dst)
+        if self.queued[pair] or any((f.src, f.dst) == pair for f in self.active):
+            self.queued[pair].append(flow)  # one connection per pair: its messages go one after another
+        else:
+            self.active.append(flow)
 
 
 def simulate_dataflow(
@@ -84,112 +218,7 @@ def simulate_dataflow(
 ) -> float:
     """Seconds the multi-process executor takes for ``schedule`` on ``topology`` with
     ``segment``-element messages and the algorithm's issue ``order`` (see the module
-    docstring and ``lptrain.comm.dataflow.ISSUE_ORDERS``)."""
+    docstring and ``lptrain.comm.program.ISSUE_ORDERS``)."""
     if schedule.world_size != topology.world_size:
         raise ValueError(f"the schedule has P={schedule.world_size} but the topology {topology.world_size}")
-    ranks = [_Rank(r, rank_program(schedule, r, segment)) for r in range(schedule.world_size)]
-    arrived: dict[tuple[int, int, int], float] = {}  # message key -> when its last byte landed
-    delivered: dict[tuple[int, int, int], float] = {}  # message key -> when its last byte left
-    starts: list[tuple[float, int, _Flow]] = []  # flows waiting for their send time
-    sequence = 0
-
-    def run(rank: _Rank) -> None:
-        """Advance ``rank`` until it needs a message that has not arrived (or it is done)."""
-        nonlocal sequence
-        while rank.pc < len(rank.program):
-            a = rank.program[rank.pc]
-            if not a.send:
-                key = (a.peer, rank.rank, rank.received[a.peer])
-                rank.received[a.peer] += 1
-                rank.recv_key[a.index] = key
-                rank.unapplied.append(a)
-                rank.clock += topology.overhead
-                rank.pc += 1
-                continue
-            if not _apply_through(rank, a, arrived, topology.gamma, itemsize):
-                return
-            if order != "eager":
-                earlier = [k for step, peer, k in rank.issued if step < a.step and peer != a.peer]
-                if any(k not in delivered for k in earlier):
-                    return
-                rank.clock = max([rank.clock, *(delivered[k] for k in earlier)])
-                if order == "steps":
-                    before = [rank.recv_key[p.index] for p in rank.program[: a.index] if not p.send and p.step < a.step]
-                    if any(k not in arrived for k in before):
-                        return
-                    rank.clock = max([rank.clock, *(arrived[k] for k in before)])
-            key = (rank.rank, a.peer, rank.sent[a.peer])
-            rank.sent[a.peer] += 1
-            rank.clock += topology.overhead
-            links = topology.route(rank.rank, a.peer)
-            flow = _Flow(rank.rank, a.peer, key, links, (a.stop - a.start) * itemsize, sum(x.latency for x in links))
-            heapq.heappush(starts, (rank.clock, sequence, flow))
-            rank.issued.append((a.step, a.peer, key))
-            sequence += 1
-            rank.pc += 1
-        while rank.unapplied:  # the end of the call: every receive applied
-            if not _apply_oldest(rank, arrived, topology.gamma, itemsize):
-                return
-        rank.finished = True
-
-    for rank in ranks:
-        run(rank)
-    now = 0.0
-    active: list[_Flow] = []
-    queued: dict[tuple[int, int], deque[_Flow]] = defaultdict(deque)  # sent, behind an earlier message
-    while starts or active:
-        fair_rates(active)
-        finish = min((now + f.remaining / f.rate for f in active), default=float("inf"))
-        begin = starts[0][0] if starts else float("inf")
-        step_to = min(finish, begin)
-        for f in active:
-            f.remaining -= f.rate * (step_to - now)
-        now = step_to
-        while starts and starts[0][0] <= now:
-            flow = heapq.heappop(starts)[2]
-            pair = (flow.src, flow.dst)
-            if queued[pair] or any((f.src, f.dst) == pair for f in active):
-                queued[pair].append(flow)  # one connection per pair: its messages go one after another
-            else:
-                active.append(flow)
-        done = [f for f in active if f.remaining <= 1e-9 * max(1.0, f.rate)]
-        if not done:
-            continue
-        active = [f for f in active if f not in done]
-        for f in done:
-            arrived[f.key] = now + f.latency
-            delivered[f.key] = now
-            if queued[(f.src, f.dst)]:
-                active.append(queued[(f.src, f.dst)].popleft())
-        for rank in ranks:
-            if not rank.finished:
-                run(rank)
-    stuck = [r.rank for r in ranks if not r.finished]
-    if stuck:
-        raise RuntimeError(f"ranks {stuck} never received what they wait for: the schedule is not a closed set")
-    ends = []
-    for rank in ranks:  # a rank is done once its last message has landed at the peer, too
-        sent = [arrived[(rank.rank, d, n)] for d, count in rank.sent.items() for n in range(count)]
-        ends.append(max([rank.clock, *sent]))
-    return max(ends, default=0.0)
-
-
-def _apply_oldest(rank: _Rank, arrived: dict, gamma: float, itemsize: int) -> bool:
-    a = rank.unapplied[0]
-    key = rank.recv_key[a.index]
-    if key not in arrived:
-        return False
-    rank.unapplied.popleft()
-    rank.clock = max(rank.clock, arrived[key])
-    if a.kind is Kind.REDUCE:
-        rank.clock += (a.stop - a.start) * itemsize * gamma
-    return True
-
-
-def _apply_through(rank: _Rank, a: Action, arrived: dict, gamma: float, itemsize: int) -> bool:
-    """Apply receives, oldest first, until none before ``a`` overlaps it (False: one has not
-    arrived yet, and the rank waits for it)."""
-    while any(p.index < a.index and p.overlaps(a.start, a.stop) for p in rank.unapplied):
-        if not _apply_oldest(rank, arrived, gamma, itemsize):
-            return False
-    return True
+    return _Simulation(schedule, topology, segment, itemsize, issue_policy(order)).run()

@@ -1,0 +1,145 @@
+"""One rank's part of a schedule as a program of segments, and what each send waits for.
+
+The multi-process executor (``lptrain.comm.dataflow``) runs a rank's program in order,
+and its simulator (``lptrain.sim.dataflow``) replays the same program in simulated time.
+Both must hold a send back for the same things, or the simulator prices some other
+executor; so what a send waits for is stated here once, as an ``IssuePolicy`` per issue
+order, and both ask it instead of restating it. Nothing here needs torch.
+
+Before a send is issued, whatever the order, the earlier receives that wrote elements it
+carries are applied (in program order, so every receive posted before them as well). The
+issue orders (``ISSUE_ORDERS``, each algorithm's choice per op) then say how far steps
+may overlap:
+
+* ``eager``: nothing more; a segment goes whenever its data is in (LP's pipeline);
+* ``ports``: this rank's sends of earlier steps to other peers are done first (a tree's
+  parent serves one child at a time, where all at once would share its port);
+* ``steps``: also every receive of earlier steps is in first (BE, whose steps each
+  exchange with a new partner and add what the last one brought).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from lptrain.comm.schedule import Kind, Schedule
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One segment this rank sends or receives; ``start``/``stop`` are element offsets."""
+
+    index: int  # position in the rank's program
+    step: int
+    send: bool
+    peer: int
+    start: int
+    stop: int
+    kind: Kind
+    in_place: bool  # a copying receive that may land in its destination (no same-step send reads it)
+    # (receives that are not in place, adding ones among them, land in a staging buffer)
+    after: int  # the last earlier action touching these elements (-1: none)
+
+    def overlaps(self, start: int, stop: int) -> bool:
+        return _overlap(self.start, self.stop, start, stop)
+
+
+def _overlap(a0: int, a1: int, b0: int, b1: int) -> bool:
+    return a0 < b1 and b0 < a1
+
+
+def rank_program(schedule: Schedule, rank: int, segment: int) -> tuple[Action, ...]:
+    """``rank``'s sends and receives in schedule order, cut into segments of at most ``segment``
+    elements; within a step, the sends come first (they carry the values from before the step)."""
+    if segment < 1:
+        raise ValueError(f"segment must be at least 1 element, got {segment}")
+    raw: list[tuple[int, bool, int, int, int, Kind, bool]] = []
+    for number, step in enumerate(schedule.steps):
+        sends = [t for t in step if t.src == rank]
+        recvs = [t for t in step if t.dst == rank]
+        for t in sends:
+            for a in range(t.start, t.stop, segment):
+                raw.append((number, True, t.dst, a, min(a + segment, t.stop), t.kind, False))
+        for t in recvs:
+            clash = any(_overlap(s.start, s.stop, t.start, t.stop) for s in sends)
+            for a in range(t.start, t.stop, segment):
+                in_place = t.kind is Kind.COPY and not clash
+                raw.append((number, False, t.src, a, min(a + segment, t.stop), t.kind, in_place))
+    actions: list[Action] = []
+    for index, (number, send, peer, a, b, kind, in_place) in enumerate(raw):
+        after = next((j for j in range(index - 1, -1, -1) if _overlap(raw[j][3], raw[j][4], a, b)), -1)
+        actions.append(Action(index, number, send, peer, a, b, kind, in_place, after))
+    return tuple(actions)
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """The earlier actions (program indices) one send waits for, by what it waits for."""
+
+    applied: tuple[int, ...]  # receives that wrote elements the send carries: applied first
+    sends: tuple[int, ...]  # sends that must be complete
+    receives: tuple[int, ...]  # receives that must be in (and, in the executor, applied)
+
+
+@dataclass(frozen=True)
+class IssuePolicy:
+    """What a send waits for before it is issued, under one issue order (module docstring).
+
+    The executor and the simulator ask it of what each still has pending (the receives
+    posted and not yet applied, the sends issued), which keeps a send's cost to that rather
+    than to the whole program. The two flags say whether an order waits for earlier sends
+    or receives at all, so that a runner skips what it never waits for."""
+
+    name: str
+    waits_for_sends: bool  # earlier steps' sends to other peers
+    waits_for_receives: bool  # earlier steps' receives
+
+    def applies_first(self, action: Action, unapplied: Iterable[Action]) -> bool:
+        """Whether one of the ``unapplied`` receives comes before ``action`` and wrote elements
+        it reads or overwrites. Receives apply oldest first, so a runner applies the oldest
+        and asks again until the answer is no."""
+        return any(r.index < action.index and r.overlaps(action.start, action.stop) for r in unapplied)
+
+    def sends_first(self, send: Action, issued: Mapping[int, tuple[Action, T]]) -> list[int]:
+        """Of the sends ``issued`` before ``send`` (program index -> the send and what the runner
+        keeps for it: a handle, a message's key), those that must be complete before ``send``."""
+        if not self.waits_for_sends:
+            return []
+        return [i for i, (s, _) in issued.items() if s.step < send.step and s.peer != send.peer]
+
+    def receives_first(self, send: Action, earlier: Iterable[Action]) -> list[Action]:
+        """Of the actions ``earlier`` than ``send``, the receives that must be in (and, in the
+        executor, applied) before ``send`` is issued."""
+        if not self.waits_for_receives:
+            return []
+        return [r for r in earlier if not r.send and r.step < send.step]
+
+    def waits(self, program: Sequence[Action], send: Action) -> Waits:
+        """Every earlier action of ``program`` that ``send`` waits for: the answers above over the
+        whole program at once (for reading and tests; the runners ask of what is pending)."""
+        earlier = program[: send.index]
+        return Waits(
+            applied=tuple(r.index for r in earlier if not r.send and self.applies_first(send, (r,))),
+            sends=tuple(self.sends_first(send, {s.index: (s, None) for s in earlier if s.send})),
+            receives=tuple(r.index for r in self.receives_first(send, earlier)),
+        )
+
+
+ISSUE_POLICIES: dict[str, IssuePolicy] = {
+    "eager": IssuePolicy("eager", waits_for_sends=False, waits_for_receives=False),
+    "ports": IssuePolicy("ports", waits_for_sends=True, waits_for_receives=False),
+    "steps": IssuePolicy("steps", waits_for_sends=True, waits_for_receives=True),
+}
+ISSUE_ORDERS = tuple(ISSUE_POLICIES)  # the names an algorithm's ISSUE_ORDER may use
+
+
+def issue_policy(order: str) -> IssuePolicy:
+    """The policy of the issue order named ``order``; the executor and the simulator both
+    look it up here, so the two cannot disagree on what an order means."""
+    if order not in ISSUE_POLICIES:
+        raise ValueError(f"unknown issue order {order!r}; valid: {', '.join(ISSUE_ORDERS)}")
+    return ISSUE_POLICIES[order]
