@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lptrain.comm import CollectiveInputError, build_communicator
-from lptrain.comm.auto import AutoCommunicator
-from lptrain.comm.tuning import TuningTable
+from lptrain.auto import AutoCommunicator, TuningTable
+from lptrain.communicators import CollectiveInputError, build_communicator
 from lptrain.errors import ConfigError
 from lptrain.settings.locations import compose_config
 

@@ -147,8 +147,8 @@ def check_profile(t: DictConfig) -> None:
 def check_comm(c: DictConfig, replicas: int) -> None:
     from lptrain.comm.algorithms import lp
     from lptrain.comm.errors import CollectiveInputError
-    from lptrain.comm.registry import NAMES
     from lptrain.comm.sizes import parse_size
+    from lptrain.communicators import NAMES
 
     _choice("comm.name", c.name, NAMES)
     _choice("comm.grad_dtype", c.grad_dtype, FLOAT_TYPES)
@@ -176,7 +176,7 @@ def check_comm(c: DictConfig, replicas: int) -> None:
 
         _choice("comm.options.topology", options.topology, list(TOPOLOGIES))
     if options.get("tuning") is not None:
-        from lptrain.comm.tuning import TuningTable
+        from lptrain.auto.tuning import TuningTable
 
         try:
             TuningTable.load(options.tuning)
