@@ -111,6 +111,14 @@ def test_every_in_process_executor_refuses_bad_arguments_with_the_same_sentence(
     assert said == workers.expected_refusals(3)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+def test_nccl_in_one_process_refuses_bad_arguments_with_the_same_sentence():
+    comm = build_communicator("nccl", ["cuda:0"])
+    assert protocol_check.problems(comm) == []
+    said = workers.refusals(comm, lambda dtype: [torch.zeros(10, dtype=dtype, device="cuda:0")])
+    assert said == workers.expected_refusals(1)
+
+
 def test_auto_refuses_before_it_chooses():
     auto = build_communicator("auto", ["cpu"] * 2)
     with pytest.raises(CollectiveInputError, match="root must be a rank in 0..1, got 2"):

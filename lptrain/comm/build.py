@@ -66,6 +66,7 @@ def refuse_unknown(options: Mapping[str, Any], valid: Sequence[str], who: str) -
 
 
 def refuse_unknown_name(name: str, valid: Sequence[str]) -> None:
+    """One line naming an unknown communicator and the valid names."""
     if name not in valid:
         raise CollectiveInputError(f"unknown communicator {name!r}; valid names: {', '.join(valid)}")
 
