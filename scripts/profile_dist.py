@@ -27,9 +27,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from lptrain.comm import build_communicator
 from lptrain.comm.sizes import parse_size
 from lptrain.comm.transport import port_rates, slowest_port
+from lptrain.communicators import build_communicator
 
 
 def _cpu_seconds() -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lptrain.comm import build_communicator
 from lptrain.comm.algorithms import SCHEDULES
+from lptrain.communicators import build_communicator
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INT_DTYPES = (torch.int32, torch.int64)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lptrain.comm import build_communicator
+from lptrain.communicators import build_communicator
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64)
 
@@ -163,3 +163,123 @@ def released(rank: int, world: int, store: str, out: str) -> None:
     else:
         said = "no error"
     Path(out, f"rank{rank}.txt").write_text(f"freed={group() is None}\n{said}")
+
+
+def refusals(comm, tensors_of) -> dict[str, str]:
+    """What ``comm`` says to a root that is no rank, an unknown op and an average of integers;
+    ``tensors_of(dtype)`` makes this process's tensors. None of them may be touched."""
+    said = {}
+    p = comm.world_size
+    calls = {
+        "root": (lambda t: comm.reduce(t, root=p), torch.float32),
+        "op": (lambda t: comm.allreduce(t, op="max"), torch.float32),
+        "avg": (lambda t: comm.allreduce(t, op="avg"), torch.int32),
+    }
+    for check, (call, dtype) in calls.items():
+        tensors = tensors_of(dtype)
+        before = [t.clone() for t in (tensors if isinstance(tensors, list) else [tensors])]
+        try:
+            call(tensors)
+        except Exception as err:  # CollectiveInputError: the text is what is compared
+            said[check] = f"{type(err).__name__}: {err}"
+        else:
+            said[check] = "no error"
+        after = tensors if isinstance(tensors, list) else [tensors]
+        assert all(torch.equal(a, b) for a, b in zip(before, after)), f"{comm!r} touched its tensors on {check}"
+    return said
+
+
+def expected_refusals(world_size: int) -> dict[str, str]:
+    return {
+        "root": f"CollectiveInputError: root must be a rank in 0..{world_size - 1}, got {world_size}",
+        "op": "CollectiveInputError: unknown op 'max'; valid ops: sum, avg",
+        "avg": "CollectiveInputError: op='avg' needs a floating-point dtype, got torch.int32; use op='sum'",
+    }
+
+
+def protocol_and_hierarchy(rank: int, world: int, store: str, tuning: str) -> None:
+    """Every kind of communicator across processes follows the protocol; the factory given
+    devices and a group builds the hierarchy (nccl inside a CPU process as ring, the tuning
+    file across only), which sums right and says where each part's choices were made; and
+    every executor refuses bad arguments with the same sentence."""
+    import protocol_check
+
+    from lptrain.auto import AutoCommunicator
+    from lptrain.comm.communicator import ScheduleCommunicator
+    from lptrain.comm.distributed import DistributedCommunicator
+    from lptrain.comm.hierarchical import HierarchicalCommunicator
+
+    join(rank, world, store)
+    group, inside = dist.group.WORLD, 2
+    comms = {
+        "lp across": build_communicator("lp", process_group=group, timeout_s=30, block_size=64),
+        "nccl across": build_communicator("nccl", process_group=group, timeout_s=30),
+        "auto across": build_communicator("auto", process_group=group, timeout_s=30, tuning=tuning),
+        "lp hierarchy": build_communicator("lp", ["cpu"] * inside, process_group=group, timeout_s=30, block_size=64),
+        "nccl hierarchy": build_communicator("nccl", ["cpu"] * inside, process_group=group, timeout_s=30),
+        "auto hierarchy": build_communicator("auto", ["cpu"] * inside, process_group=group, tuning=tuning),
+    }
+    for what, comm in comms.items():
+        assert protocol_check.problems(comm) == [], (what, protocol_check.problems(comm))
+    assert isinstance(comms["lp across"], DistributedCommunicator)
+    lp = comms["lp hierarchy"]
+    assert isinstance(lp, HierarchicalCommunicator) and isinstance(lp.local, ScheduleCommunicator)
+    assert (lp.local.name, lp.remote.name, lp.world_size, lp.link) == ("lp", "lp", inside * world, lp.remote.link)
+    assert (comms["nccl hierarchy"].local.name, comms["nccl hierarchy"].remote.name) == ("ring", "nccl")
+    auto = comms["auto hierarchy"]
+    assert isinstance(auto.local, AutoCommunicator) and isinstance(auto.remote, AutoCommunicator)
+    assert auto.local.table is None and auto.remote.table is not None  # the file describes the processes
+
+    # What each says: the fixed block follows no link, the automatic segments do.
+    (line,) = lp.describe("execution")
+    assert line.startswith("lp across processes: segments sized for this transport as measured, "), line
+    assert lp.describe("choice") == [] and lp.describe() == [line]
+    auto.prepare("allreduce", 4096)
+    choices = auto.describe("choice")
+    assert [c.split(":")[0] for c in choices] == [
+        "inside the process, allreduce of 4K",
+        "across processes, allreduce of 4K",
+    ], choices
+    assert "(measured" in choices[1] and "(simulated" in choices[0]
+    assert auto.describe("execution") == []
+
+    # The hierarchy sums every process's every device.
+    p = inside * world
+    total = float(p * (p + 1) // 2)
+    for what in ("lp hierarchy", "nccl hierarchy", "auto hierarchy"):
+        comm = comms[what]
+
+        def mine(offset: float = 1.0) -> list[torch.Tensor]:
+            return [torch.full((10,), float(rank * inside + i) + offset) for i in range(inside)]
+
+        tensors = mine()
+        comm.allreduce(tensors)
+        assert all(torch.equal(t, torch.full((10,), total)) for t in tensors), what
+        tensors = mine()
+        comm.allreduce(tensors, op="avg")
+        assert all(torch.allclose(t, torch.full((10,), total / p)) for t in tensors), what
+        tensors, original = mine(), mine()
+        comm.reduce(tensors, root=0)
+        want = [torch.full((10,), total), *original[1:]] if rank == 0 else original
+        assert all(torch.equal(t, w) for t, w in zip(tensors, want)), what
+        tensors = [torch.full((10,), 7.0 if rank == 0 and i == 0 else 0.0) for i in range(inside)]
+        comm.broadcast(tensors, root=0)
+        assert all(torch.equal(t, torch.full((10,), 7.0)) for t in tensors), what
+
+    # The same refusals from every executor, before anything is touched or sent.
+    for what, comm in comms.items():
+        if "hierarchy" in what:
+            said = refusals(comm, lambda dtype: [torch.zeros(10, dtype=dtype) for _ in range(inside)])
+        else:
+            said = refusals(comm, lambda dtype: torch.zeros(10, dtype=dtype))
+        assert said == expected_refusals(comm.world_size), (what, said)
+    # across processes, this rank's tensor in a list of one is the same call as the tensor bare
+    assert refusals(comms["lp across"], lambda dtype: [torch.zeros(10, dtype=dtype)]) == expected_refusals(world)
+    try:
+        lp.reduce([torch.zeros(10) for _ in range(inside)], root=1)
+    except Exception as err:
+        assert str(err) == "the hierarchical reduce goes to replica 0, got root=1", err
+    else:
+        raise AssertionError("the hierarchy reduced to replica 1")
+    dist.barrier()
+    dist.destroy_process_group()

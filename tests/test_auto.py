@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lptrain.comm import CollectiveInputError, build_communicator
-from lptrain.comm.auto import AutoCommunicator
-from lptrain.comm.tuning import TuningTable
+from lptrain.auto import AutoCommunicator, TuningTable
+from lptrain.communicators import CollectiveInputError, build_communicator
 from lptrain.errors import ConfigError
-from lptrain.settings.locations import compose, compose_config
+from lptrain.settings.locations import compose
 
 KiB, MiB = 1024, 1024 * 1024
 SIZES = [KiB, 16 * KiB, 256 * KiB, 4 * MiB, 64 * MiB]

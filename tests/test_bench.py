@@ -50,7 +50,7 @@ def test_bench_rows_are_correct_for_every_algorithm_and_op(tmp_path, capsys):
 
 
 def test_wrong_count_detects_a_broken_communicator():
-    from lptrain.comm import build_communicator
+    from lptrain.communicators import build_communicator
 
     comm = build_communicator("ring", ["cpu"] * 3)
     comm.allreduce = lambda tensors: tensors[1].add_(1)  # sabotage: no sum, and rank 1 off by one

@@ -15,8 +15,8 @@ import pytest
 import torch
 from conftest import ALGORITHMS, DTYPES, assert_close_to_sum, make_comm, make_inputs, needs_cuda
 
-from lptrain.comm import build_communicator
-from lptrain.comm.communicator import NCCL_DTYPES, SUPPORTED_DTYPES
+from lptrain.comm.checks import NCCL_DTYPES, SUPPORTED_DTYPES
+from lptrain.communicators import build_communicator
 
 pytestmark = [pytest.mark.cuda, needs_cuda]
 
@@ -148,19 +148,19 @@ def test_both_reduction_paths_match_the_reference(key, kernel):
             tensors = _after(comm, "reduce", inputs, devices, root=p - 1)
             assert_close_to_sum(tensors[p - 1], inputs, what=f"{key} {kernel} reduce {dtype} {count}")
     if kernel == "peer":
-        assert any("peer" in line for line in comm.kernel_choices())
+        assert any("peer" in line for line in comm.describe("execution"))
 
 
 def test_auto_says_what_each_gpu_pair_uses():
     comm = build_communicator("lp", _device_lists()[0])
-    lines = comm.kernel_choices()
+    lines = comm.describe("execution")
     assert lines and all(line.startswith("reduce_kernel cuda:") for line in lines)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2 if torch.cuda.is_available() else True, reason="needs two GPUs")
 def test_auto_measures_distinct_gpus_with_peer_access():
     comm = build_communicator("ring", _distinct_gpus()[:2])
-    lines = comm.kernel_choices()
+    lines = comm.describe("execution")
     assert any("cuda:0 -> cuda:1" in line for line in lines)
 
 
@@ -230,7 +230,7 @@ def test_a_replayed_graph_sums_each_calls_new_data(mode):
         comm.allreduce(tensors)
         expected = float(sum(r + call for r in range(4)))
         assert all(torch.equal(t, torch.full_like(t, expected)) for t in tensors), call
-    assert any(line.startswith("cuda_graph allreduce of 300001 x float32:") for line in comm.kernel_choices())
+    assert any(line.startswith("cuda_graph allreduce of 300001 x float32:") for line in comm.describe("execution"))
 
 
 @pytest.mark.skipif(len(_distinct_gpus()) < 2, reason="needs two GPUs: one current, the replicas on the other")
@@ -247,7 +247,7 @@ def test_a_graph_on_a_gpu_other_than_the_current_one_sums_each_calls_new_data(mo
             comm.allreduce(tensors)
             expected = float(sum(r + call for r in range(4)))
             assert all(torch.equal(t, torch.full_like(t, expected)) for t in tensors), call
-    lines = [line for line in comm.kernel_choices() if line.startswith("cuda_graph allreduce")]
+    lines = [line for line in comm.describe("execution") if line.startswith("cuda_graph allreduce")]
     assert lines and "recorded nothing" not in lines[0]
     if mode == "on":
         assert "graph (asked for)" in lines[0]

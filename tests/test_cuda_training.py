@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import needs_cuda
 
-from lptrain.comm import build_communicator
+from lptrain.communicators import build_communicator
 from lptrain.settings.locations import compose_config
 
 pytestmark = [pytest.mark.cuda, needs_cuda]

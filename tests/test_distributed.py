@@ -98,9 +98,10 @@ def test_automatic_segments_are_a_ranks_share_within_1_to_4_mib():
 
 
 def test_distributed_options_are_checked():
-    from lptrain.comm import CollectiveInputError, build_communicator
+    from lptrain.communicators import CollectiveInputError, build_communicator
 
-    with pytest.raises(CollectiveInputError, match="not both"):
+    # devices and a group together make a hierarchy, which needs torch.distributed to be up
+    with pytest.raises(CollectiveInputError, match="torch.distributed is not initialised"):
         build_communicator("lp", ["cpu"], process_group=object())
     with pytest.raises(CollectiveInputError, match="needs devices"):
         build_communicator("lp")
@@ -113,8 +114,8 @@ def test_lp_sizes_its_blocks_for_the_measured_transport_and_every_rank_agrees(tm
 
 
 def test_a_link_cost_comes_from_a_small_and_a_large_exchange():
-    from lptrain.comm.algorithms import lp
-    from lptrain.comm.registry import lp_builders
+    from lptrain.comm.algorithms import lp, schedule_builders
+    from lptrain.comm.algorithms.options import Sizing
     from lptrain.comm.transport import LinkCost, link_cost
 
     cost = link_cost(50e-6, 50e-6 + (4 << 20) / 2e9)
@@ -127,7 +128,7 @@ def test_a_link_cost_comes_from_a_small_and_a_large_exchange():
     cheap, dear = LinkCost(10e-6, 1 / 2e9), LinkCost(200e-6, 1 / 2e9)
     blocks = {}
     for name, link in (("cheap", cheap), ("dear", dear)):
-        builders, _ = lp_builders(8, True, link=link)
+        builders, _ = schedule_builders("lp", 8, sizing=Sizing(link.alpha_s, link.beta_s_per_byte))
         blocks[name] = builders["allreduce"](8, n // 4, None, 4).num_steps
     assert blocks["dear"] < blocks["cheap"]
     assert lp.optimal_block_bytes(n, 8, dear.alpha_s, dear.beta_s_per_byte) > lp.optimal_block_bytes(
@@ -138,14 +139,16 @@ def test_a_link_cost_comes_from_a_small_and_a_large_exchange():
 def test_lp_blocks_across_processes_are_no_smaller_than_a_segment():
     """The executor pipelines a transfer by segments already: LP's automatic block is floored
     at the segment, and a larger model block is kept."""
-    from lptrain.comm.registry import lp_builders
+    from lptrain.comm.algorithms import schedule_builders
+    from lptrain.comm.algorithms.options import HOST, Sizing
     from lptrain.comm.transport import LinkCost
 
     link = LinkCost(100e-6, 1 / 1e9)  # the model's block for 16 MiB over 4 ranks: about 0.9 MiB
     n = (16 << 20) // 4
 
-    def steps(**options) -> int:
-        builders, _ = lp_builders(4, True, **options)
+    def steps(link=None, min_block=None, **options) -> int:
+        figures = HOST if link is None else Sizing(link.alpha_s, link.beta_s_per_byte)
+        builders, _ = schedule_builders("lp", 4, options, figures.floored(min_block))
         return builders["allreduce"](4, n, None, 4).num_steps
 
     floored = steps(link=link, min_block=lambda nbytes: nbytes // 4)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from lptrain.comm.communicator import NCCL_DTYPES, SUPPORTED_DTYPES, backend_dtypes, check_dtype
+from lptrain.comm.checks import NCCL_DTYPES, SUPPORTED_DTYPES, backend_dtypes, check_dtype
 from lptrain.comm.distributed import DistributedCommunicator, wait_timeout
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.executor import staged_add

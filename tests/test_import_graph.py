@@ -94,3 +94,29 @@ def test_the_import_graph_has_no_circle():
     graph = import_graph()
     assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]  # the finder finds one
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+# Choosing stands above measuring: (floor, what it must not import, function-level imports included).
+FLOORS = {
+    "lptrain.comm": ("lptrain.sim", "lptrain.auto", "lptrain.communicators"),
+    "lptrain.sim": ("lptrain.auto", "lptrain.communicators"),
+    "lptrain.auto": ("lptrain.communicators", "lptrain.train", "lptrain.bench", "lptrain.settings"),
+}
+
+
+def test_the_collectives_the_simulator_and_auto_each_import_only_what_stands_below_them():
+    """comm knows neither the simulator nor auto nor the factory that builds auto; the
+    simulator does not know auto; auto uses comm and sim and nothing above the factory."""
+    graph = import_graph()
+    upward = sorted(
+        f"{module} -> {target}"
+        for floor, above in FLOORS.items()
+        for module, targets in graph.items()
+        if within(module, floor)
+        for target in targets
+        if any(within(target, high) for high in above)
+    )
+    assert not upward, "imports up a floor:\n" + "\n".join(upward)
+    auto = set().union(*(targets for module, targets in graph.items() if within(module, "lptrain.auto")))
+    assert any(within(t, "lptrain.comm") for t in auto) and any(within(t, "lptrain.sim") for t in auto)
+    assert "lptrain.auto" in graph["lptrain.communicators"]  # the one factory builds auto too

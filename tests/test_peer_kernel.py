@@ -16,7 +16,6 @@ import subprocess
 import pytest
 import torch
 
-from lptrain.comm import build_communicator
 from lptrain.comm.errors import BackendUnavailableError, CollectiveInputError
 from lptrain.comm.peer_kernel import (
     _TYPES,
@@ -27,6 +26,7 @@ from lptrain.comm.peer_kernel import (
     kernel_name,
     kernel_source,
 )
+from lptrain.communicators import build_communicator
 
 # Host stand-ins for what the kernel takes from CUDA. _Float16 is GCC's IEEE half.
 HOST_PRELUDE = r"""

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import assert_close_to_sum, make_inputs, reference_sum
 
-from lptrain.comm import build_communicator
+from lptrain.communicators import build_communicator
 
 
 def _gradient_like(p: int, n: int) -> list[torch.Tensor]:

@@ -349,10 +349,16 @@ def test_a_finished_trainer_is_freed_so_runs_in_one_process_do_not_pile_up(tmp_p
 def test_the_first_lines_name_the_communicator_that_sized_its_messages_for_the_link(name):
     from types import SimpleNamespace
 
+    from lptrain.comm.build import build_in_process, sized_for_link
+    from lptrain.comm.distributed import DistributedCommunicator
+    from lptrain.comm.hierarchical import HierarchicalCommunicator
     from lptrain.comm.transport import LinkCost
 
-    remote = SimpleNamespace(name=name, link=LinkCost(alpha_s=200e-6, beta_s_per_byte=0.5e-9))
-    trainer = SimpleNamespace(comm=SimpleNamespace(local=None, remote=remote))
+    # across: what the builder makes of the default options on a link measured as below
+    remote = DistributedCommunicator.__new__(DistributedCommunicator)
+    remote.name, remote.world_size, remote.link = name, 2, LinkCost(alpha_s=200e-6, beta_s_per_byte=0.5e-9)
+    remote.sized_for_link = sized_for_link(name, 2, {})
+    trainer = SimpleNamespace(comm=HierarchicalCommunicator(build_in_process("ring", ["cpu"]), remote))
     (line,) = Trainer._kernel_choices(trainer)
     assert line.startswith(f"{name} across processes: ") and "200 us per message, 2.00 GB/s" in line
     assert ("LP's blocks" in line) == (name == "lp")

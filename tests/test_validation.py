@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lptrain.comm import (
+from lptrain.communicators import (
     NAMES,
     BackendUnavailableError,
     CollectiveInputError,

@@ -24,10 +24,10 @@ import torch.distributed as dist
 
 from lptrain.bench.table import Row, print_header, print_row
 from lptrain.bench.variants import DTYPES, algo_variants, parse_algos, pattern
-from lptrain.comm import NAMES, build_communicator
 from lptrain.comm.algorithms import WITH_VARIANTS
 from lptrain.comm.measure import OPS, bus_factor, collective_call
 from lptrain.comm.sizes import message_sizes
+from lptrain.communicators import NAMES, build_communicator
 from lptrain.train.launch import join_default_group, local_rank
 
 SCHEDULES = (*WITH_VARIANTS, "auto")  # what runs as lptrain's schedules across processes
@@ -56,6 +56,8 @@ def _join_from_mpirun() -> None:
 
 class MpiCollectives:
     """Open MPI's own MPI_Allreduce, MPI_Reduce and MPI_Bcast through mpi4py (CPU tensors)."""
+
+    link = None  # nothing of it is sized for a measured transport
 
     def __init__(self) -> None:
         from mpi4py import MPI
@@ -161,7 +163,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
         elif rank == 0:
             print("# mpi: skipped: needs CPU tensors, mpi4py, and a launch by mpirun (mpirun -np N lptrain-bench ...)")
     comms = {a: _build(a, args) for a in algos}
-    links = {a: comm.link for a, comm in comms.items() if getattr(comm, "link", None) is not None}
+    links = {a: comm.link for a, comm in comms.items() if comm.link is not None}
     if links and rank == 0 and not args.quiet:
         link = next(iter(links.values()))
         print(
@@ -198,7 +200,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                     segment = comm.segment_elements(count, itemsize) * itemsize
                     if args.variants[algo][0] == "lp" and schedule.steps:
                         block = schedule.steps[0][0].count * itemsize
-                link = getattr(comm, "link", None)
+                link = comm.link
                 row = Row(
                     op,
                     nbytes,

@@ -22,11 +22,11 @@ import torch
 
 from lptrain.bench.table import Row, print_header, print_row
 from lptrain.bench.variants import DTYPES, algo_variants, parse_algos, pattern
-from lptrain.comm import BackendUnavailableError, CollectiveInputError, build_communicator
-from lptrain.comm.communicator import Communicator, ScheduleCommunicator
+from lptrain.comm import BackendUnavailableError, CollectiveInputError, Communicator, ScheduleCommunicator
 from lptrain.comm.devices import SpecSyntax, device_list
 from lptrain.comm.measure import OPS, bus_factor, collective_call
 from lptrain.comm.sizes import message_sizes
+from lptrain.communicators import build_communicator
 
 BENCH_SYNTAX = SpecSyntax(option="--devices", count_hint="--devices 4 --device-type cpu, or --devices cpu*4")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from lptrain.bench.table import Row
-from lptrain.comm.algorithms import SCHEDULES, VARIANTS
-from lptrain.comm.registry import NAMES
+from lptrain.comm.algorithms import SCHEDULES, VARIANTS, module_of, resolve
+from lptrain.communicators import NAMES
 
 
 def parse_algos(text: str, extra: tuple[str, ...] = ()) -> list[str]:
@@ -52,11 +52,11 @@ def algo_variants(wanted: list[str], args) -> dict[str, tuple[str, dict]]:
     blocks = [b.strip() for b in str(args.lp_block).split(",") if b.strip()] or ["auto"]
     variants: dict[str, tuple[str, dict]] = {}
     for algo in wanted:
-        if algo in ("lp", "lp-rb"):
-            mode = "reduce_broadcast" if algo == "lp-rb" else args.lp_allreduce
+        base, preset = resolve(algo)  # lp-rb: lp with its reduce-then-broadcast allreduce
+        if base == "lp":  # --lp-block and --lp-allreduce, under the variant's own presets
             for block in blocks:
                 label = algo if len(blocks) == 1 else f"{algo}@{block}"
-                variants[label] = ("lp", {"block_size": block, "allreduce": mode})
+                variants[label] = ("lp", {"block_size": block, "allreduce": args.lp_allreduce, **preset})
         elif algo == "auto":
             variants[algo] = ("auto", {"tuning": args.tuning} if getattr(args, "tuning", None) else {})
         else:
@@ -98,7 +98,7 @@ def save_tuning(
     import datetime
     import platform
 
-    from lptrain.comm.tuning import TuningTable
+    from lptrain.auto.tuning import TuningTable
 
     entries = []
     for row in rows:
@@ -108,9 +108,8 @@ def save_tuning(
             name, options = variants[row.algo]
         else:
             continue
-        kept = {k: v for k, v in options.items() if not (k == "allreduce" and v == "overlapped")}
-        if kept.get("block_size") == "auto":
-            del kept["block_size"]
+        defaults = module_of(name).OPTIONS.defaults if name in SCHEDULES else {}
+        kept = {k: v for k, v in options.items() if k not in defaults or v != defaults[k]}  # what the row chose
         entries.append({"op": row.op, "bytes": row.size, "algo": name, "options": kept, "time_us": row.time_us})
     meta = {"date": datetime.date.today().isoformat(), "machine": platform.node(), "command": "lptrain-bench"}
     table = TuningTable(executor, device_type, world_size, dtype, entries, meta)

@@ -1,9 +1,12 @@
-"""The communicator interface and the schedule-driven communicators (lp, mst, be, ring).
+"""The in-process communicators: one process, one tensor per device.
 
-A communicator owns a fixed list of devices and runs in-place collectives on one tensor
-per device. The base class does what every algorithm shares: it checks the input
-completely before touching anything, accumulates half-precision reductions in float32
-(by default), and applies ``op="avg"``; subclasses only move sums.
+``DeviceCommunicator`` owns a fixed list of devices and runs in-place collectives on one
+tensor per device, as the protocol (``lptrain.comm.protocol``) says. It does what every
+in-process algorithm shares: it checks the input completely before touching anything
+(the checks common to every executor are ``lptrain.comm.checks``'), accumulates
+half-precision reductions in float32 (by default), and applies ``op="avg"``; subclasses
+only move sums. ``ScheduleCommunicator`` runs an algorithm's schedules (lp, mst, be,
+ring) with the in-process executor; ``lptrain.comm.nccl`` calls NCCL itself.
 """
 
 from __future__ import annotations
@@ -11,56 +14,28 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any
 
 import torch
 
+from lptrain.comm.checks import HALF_DTYPES, SUPPORTED_DTYPES, check_arguments, check_dtype
 from lptrain.comm.cuda_graph import GraphReplay, check_cuda_graph
 from lptrain.comm.devices import parse_devices
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.executor import CudaLinks, bind_cpu, run_cuda
 from lptrain.comm.peer_kernel import choose_kernel
 from lptrain.comm.plan import Plan, compile_plan
+from lptrain.comm.protocol import wants
 from lptrain.comm.schedule import Schedule
-
-SUPPORTED_DTYPES = (
-    torch.float32,
-    torch.float64,
-    torch.float16,
-    torch.bfloat16,
-    torch.int8,
-    torch.uint8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-)
-HALF_DTYPES = (torch.float16, torch.bfloat16)
-# NCCL has no 16-bit integer type (ncclInt8/Uint8/Int32/Uint32/Int64/Uint64 and the floats):
-# an int16 tensor makes torch's NCCL bindings fail with "Unconvertible NCCL type".
-NCCL_DTYPES = tuple(d for d in SUPPORTED_DTYPES if d is not torch.int16)
+from lptrain.comm.transport import LinkCost
 
 
-def backend_dtypes(backend: str) -> tuple[torch.dtype, ...]:
-    """The dtypes a torch.distributed backend (or the single-process nccl) can move."""
-    return NCCL_DTYPES if backend == "nccl" else SUPPORTED_DTYPES
-
-
-def check_dtype(dtype: torch.dtype, valid: Sequence[torch.dtype], who: str = "") -> None:
-    """A clear refusal of a dtype the algorithm or its transport cannot move."""
-    if dtype not in valid:
-        names = ", ".join(str(d).removeprefix("torch.") for d in valid)
-        raise CollectiveInputError(f"dtype {dtype} is not supported{who}; valid dtypes: {names}")
-
-
-REDUCE_OPS = ("sum", "avg")
-
-
-class Communicator(ABC):
+class DeviceCommunicator(ABC):
     """In-place broadcast, reduce and allreduce over ``tensors[i]`` on ``devices[i]``."""
 
     name: str = "?"
     dtypes: tuple[torch.dtype, ...] = SUPPORTED_DTYPES  # what the transport can move
+    link: LinkCost | None = None  # one process: no transport between processes
 
     def __init__(self, devices: Sequence[str | torch.device], *, accumulate_fp32: bool = True) -> None:
         self.devices = parse_devices(devices)
@@ -91,6 +66,15 @@ class Communicator(ABC):
         flat = self._check(tensors, op=op)
         with torch.no_grad():
             self._reduction("allreduce", flat, None, op)
+
+    def describe(self, topic: str | None = None) -> list[str]:
+        """What this communicator decided (nothing, unless a subclass says otherwise)."""
+        wants(topic, "execution")
+        return []
+
+    def prepare(self, op: str, nbytes: int) -> None:
+        """Nothing to get ready: schedules and plans are built at the first call of each shape."""
+        return None
 
     # -- what subclasses provide ------------------------------------------------------
     @abstractmethod
@@ -173,13 +157,7 @@ class Communicator(ABC):
             self._disjoint[spans] = None
             if len(self._disjoint) > 8:
                 del self._disjoint[next(iter(self._disjoint))]
-        if root is not None and (isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < p):
-            raise CollectiveInputError(f"root must be a rank in 0..{p - 1}, got {root!r}")
-        if op is not None:
-            if op not in REDUCE_OPS:
-                raise CollectiveInputError(f"unknown op {op!r}; valid ops: {', '.join(REDUCE_OPS)}")
-            if op == "avg" and not first.is_floating_point():
-                raise CollectiveInputError(f"op='avg' needs a floating-point dtype, got {first.dtype}; use op='sum'")
+        check_arguments(p, root=root, op=op, dtype=first.dtype)
         return [t if t.dim() == 1 else t.view(-1) for t in tensors]
 
     @staticmethod
@@ -198,7 +176,7 @@ class Communicator(ABC):
                 )
 
 
-class ScheduleCommunicator(Communicator):
+class ScheduleCommunicator(DeviceCommunicator):
     """Runs an algorithm's schedules with the in-process executor.
 
     ``builders`` maps each op to a function ``(world_size, count, root, itemsize) ->
@@ -229,10 +207,11 @@ class ScheduleCommunicator(Communicator):
         self._links = CudaLinks(self.devices, reduce_kernel) if on_cuda else None
         self._graphs = GraphReplay(cuda_graph, self.devices) if on_cuda else None
 
-    def kernel_choices(self) -> list[str]:
-        """On CUDA: the reduction path of every pair of GPUs (measured now where
-        ``reduce_kernel=auto`` needs it), one line each; nothing on the CPU."""
-        if self._links is None:
+    def describe(self, topic: str | None = None) -> list[str]:
+        """How it runs (``"execution"``), on CUDA: the reduction path of every pair of GPUs
+        (measured now where ``reduce_kernel=auto`` needs it) and the cuda_graph decisions
+        so far, one line each; nothing on the CPU."""
+        if not wants(topic, "execution") or self._links is None:
             return []
         gpus = list(dict.fromkeys(self.devices))
         for src in gpus:
@@ -294,12 +273,3 @@ class ScheduleCommunicator(Communicator):
         else:
             self._bound.move_to_end(key)
         return calls
-
-
-def schedule_builders(module: ModuleType, **options: Any) -> dict[str, Callable[[int, int, int | None, int], Schedule]]:
-    """Adapt an algorithm module whose builders take no size-dependent options."""
-    return {
-        "broadcast": lambda p, n, root, itemsize: module.broadcast(p, n, root, **options),
-        "reduce": lambda p, n, root, itemsize: module.reduce(p, n, root, **options),
-        "allreduce": lambda p, n, root, itemsize: module.allreduce(p, n, **options),
-    }

@@ -30,16 +30,17 @@ import hashlib
 import math
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from lptrain.comm import liveness
-from lptrain.comm.communicator import HALF_DTYPES, REDUCE_OPS, SUPPORTED_DTYPES, backend_dtypes, check_dtype
+from lptrain.comm.checks import HALF_DTYPES, SUPPORTED_DTYPES, backend_dtypes, check_arguments, check_dtype
 from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_batched_steps, run_program
 from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.protocol import Tensors, wants
 from lptrain.comm.schedule import Schedule
 from lptrain.comm.sizes import parse_size
 from lptrain.comm.transport import LinkCost
@@ -130,7 +131,11 @@ def wait_timeout(backend: str, timeout: datetime.timedelta) -> datetime.timedelt
 
 
 class DistributedCommunicator:
-    """``broadcast``, ``reduce`` and ``allreduce`` of one tensor per rank of ``group``."""
+    """``broadcast``, ``reduce`` and ``allreduce`` of one tensor per rank of ``group``.
+
+    ``link`` is the transport as measured, when anything was sized for it: ``sized_for_link``
+    names what (``"segments"`` with ``segment_size=auto``, LP's blocks with
+    ``block_size=auto``), for ``describe``."""
 
     def __init__(
         self,
@@ -144,6 +149,7 @@ class DistributedCommunicator:
         segment_size: int | str = DEFAULT_SEGMENT,
         window: int = DEFAULT_WINDOW,
         link: LinkCost | None = None,
+        sized_for_link: tuple[str, ...] = (),
         issue_order: str | dict[str, str] = "eager",
     ) -> None:
         if not dist.is_initialized():
@@ -176,6 +182,7 @@ class DistributedCommunicator:
         self.profile = Profile()  # where this rank's time went in the schedules' calls
         self.issue_order = issue_order  # how far the executor may overlap steps: one, or the algorithm's per op
         self.link = link  # the measured transport: automatic segments and LP's blocks were sized for it
+        self.sized_for_link = tuple(sized_for_link)
         # NCCL runs unbatched point-to-point operations one after the other: each step's
         # messages go as one batch there (run_batched_steps); gloo gets the dataflow
         self.batched_steps = self.backend == "nccl"
@@ -198,17 +205,28 @@ class DistributedCommunicator:
         return f"DistributedCommunicator({self.name!r}, rank {self.rank} of {self.world_size}, {self.backend})"
 
     # -- public collectives -------------------------------------------------------------
-    def broadcast(self, tensor: torch.Tensor, root: int = 0) -> None:
+    # ``tensors`` is this rank's one tensor, bare or in a list of one (the protocol's form).
+    def broadcast(self, tensors: Tensors, root: int = 0) -> None:
         """Copy rank ``root``'s tensor into every rank's."""
-        self._collective("broadcast", tensor, root, "sum")
+        self._collective("broadcast", self._one("broadcast", tensors), root, "sum")
 
-    def reduce(self, tensor: torch.Tensor, root: int = 0, op: str = "sum") -> None:
+    def reduce(self, tensors: Tensors, root: int = 0, op: str = "sum") -> None:
         """Sum (or average) into rank ``root``'s tensor; the others are left unchanged."""
-        self._collective("reduce", tensor, root, op)
+        self._collective("reduce", self._one("reduce", tensors), root, op)
 
-    def allreduce(self, tensor: torch.Tensor, op: str = "sum") -> None:
+    def allreduce(self, tensors: Tensors, op: str = "sum") -> None:
         """Sum (or average) every rank's tensor; all end bitwise identical."""
-        self._collective("allreduce", tensor, None, op)
+        self._collective("allreduce", self._one("allreduce", tensors), None, op)
+
+    def describe(self, topic: str | None = None) -> list[str]:
+        """How it runs (``"execution"``): what was sized for the transport as measured."""
+        if not wants(topic, "execution") or self.link is None or not self.sized_for_link:
+            return []
+        sized = " and ".join(self.sized_for_link)
+        return [f"{self.name} across processes: {sized} sized for this transport as measured, {self.link.describe()}"]
+
+    def prepare(self, op: str, nbytes: int) -> None:
+        """Nothing to get ready: schedules and programs are built at the first call of each shape."""
 
     def schedule(self, op: str, count: int, root: int | None = 0, dtype: torch.dtype = torch.float32) -> Schedule:
         if self._builders is None:
@@ -221,23 +239,24 @@ class DistributedCommunicator:
         return self._schedules[key]
 
     # -- machinery ------------------------------------------------------------------------
+    @staticmethod
+    def _one(op: str, tensors: Tensors) -> torch.Tensor:
+        """This rank's tensor, given bare or as the one item of a list."""
+        if isinstance(tensors, torch.Tensor):
+            return tensors
+        if isinstance(tensors, Sequence) and len(tensors) == 1 and isinstance(tensors[0], torch.Tensor):
+            return tensors[0]
+        got = f"{len(tensors)} items" if isinstance(tensors, Sequence) else type(tensors).__name__
+        raise CollectiveInputError(f"{op} takes this rank's tensor (bare or in a list of one), got {got}")
+
     def _check(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
-        if not isinstance(tensor, torch.Tensor):
-            raise CollectiveInputError(f"{op} takes this rank's tensor, got {type(tensor).__name__}")
         if self._builders is None:  # the backend's own collective; the schedules move raw bytes
             check_dtype(tensor.dtype, backend_dtypes(self.backend), f" by the {self.backend} backend's own {op}")
         else:
             check_dtype(tensor.dtype, SUPPORTED_DTYPES)
         if not tensor.is_contiguous():
             raise CollectiveInputError(f"the tensor is not contiguous (strides {tensor.stride()}); pass t.contiguous()")
-        if root is not None and (
-            isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.world_size
-        ):
-            raise CollectiveInputError(f"root must be a rank in 0..{self.world_size - 1}, got {root!r}")
-        if how not in REDUCE_OPS:
-            raise CollectiveInputError(f"unknown op {how!r}; valid ops: {', '.join(REDUCE_OPS)}")
-        if how == "avg" and not tensor.is_floating_point():
-            raise CollectiveInputError(f"op='avg' needs a floating-point dtype, got {tensor.dtype}; use op='sum'")
+        check_arguments(self.world_size, root=root, op=how, dtype=tensor.dtype)
 
     def _fingerprint(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> dict[str, Any]:
         return {

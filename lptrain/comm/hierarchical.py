@@ -13,50 +13,72 @@ from collections.abc import Sequence
 
 import torch
 
-from lptrain.comm.communicator import Communicator
-from lptrain.comm.distributed import DistributedCommunicator
+from lptrain.comm.checks import check_arguments, first_tensor
 from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.protocol import Communicator, wants
 
 
 class HierarchicalCommunicator:
-    def __init__(self, local: Communicator, remote: DistributedCommunicator) -> None:
+    """``local`` inside (an in-process communicator over this process's ``devices``), ``remote``
+    across (one tensor per process, with this process's ``rank``)."""
+
+    def __init__(self, local: Communicator, remote: Communicator) -> None:
         self.local, self.remote = local, remote
         self.name = remote.name
         self.devices = local.devices
         self.world_size = local.world_size * remote.world_size
+        self.link = remote.link
 
     def __repr__(self) -> str:
         return f"HierarchicalCommunicator({self.local!r} inside, {self.remote!r} across)"
 
-    def _avg(self, tensor: torch.Tensor, op: str) -> None:
-        if op == "avg":
-            if not tensor.is_floating_point():
-                raise CollectiveInputError(f"op='avg' needs a floating-point dtype, got {tensor.dtype}; use op='sum'")
-            tensor.div_(self.world_size)
+    def _check(self, tensors: Sequence[torch.Tensor], root: int | None, op: str | None, what: str) -> None:
+        """The checks every executor shares, before either part touches a tensor; then the
+        root, which must be replica 0 (the first device of process 0)."""
+        check_arguments(self.world_size, root=root, op=op, dtype=first_tensor(tensors).dtype)
+        if root not in (None, 0):
+            raise CollectiveInputError(f"the hierarchical {what} replica 0, got root={root}")
 
     def allreduce(self, tensors: Sequence[torch.Tensor], op: str = "sum") -> None:
+        self._check(tensors, None, op, "allreduce")
         self.local.reduce(tensors, root=0)
-        self.remote.allreduce(tensors[0])
-        self._avg(tensors[0], op)
+        self.remote.allreduce(tensors[:1])
+        if op == "avg":
+            tensors[0].div_(self.world_size)
         self.local.broadcast(tensors, root=0)
 
     def reduce(self, tensors: Sequence[torch.Tensor], root: int = 0, op: str = "sum") -> None:
         """Into the first device of process 0 (``root`` must be 0); other tensors are unchanged."""
-        if root != 0:
-            raise CollectiveInputError(f"the hierarchical reduce goes to replica 0, got root={root}")
+        self._check(tensors, root, op, "reduce goes to")
         keep = tensors[0].clone() if self.remote.rank != 0 else None
         self.local.reduce(tensors, root=0)
-        self.remote.reduce(tensors[0], root=0)
-        if keep is None:
-            self._avg(tensors[0], op)
-        else:
+        self.remote.reduce(tensors[:1], root=0)
+        if keep is not None:
             tensors[0].copy_(keep)
+        elif op == "avg":
+            tensors[0].div_(self.world_size)
 
     def broadcast(self, tensors: Sequence[torch.Tensor], root: int = 0) -> None:
-        if root != 0:
-            raise CollectiveInputError(f"the hierarchical broadcast starts at replica 0, got root={root}")
-        self.remote.broadcast(tensors[0], root=0)
+        self._check(tensors, root, None, "broadcast starts at")
+        self.remote.broadcast(tensors[:1], root=0)
         self.local.broadcast(tensors, root=0)
+
+    def describe(self, topic: str | None = None) -> list[str]:
+        """Both parts' lines: the choices prefixed with where they run ("inside the process, ",
+        "across processes, "); how they run as each part says it (the part across processes
+        names itself)."""
+        lines = []
+        if wants(topic, "choice"):
+            lines += [f"inside the process, {line}" for line in self.local.describe("choice")]
+            lines += [f"across processes, {line}" for line in self.remote.describe("choice")]
+        if wants(topic, "execution"):
+            lines += self.local.describe("execution") + self.remote.describe("execution")
+        return lines
+
+    def prepare(self, op: str, nbytes: int) -> None:
+        """Forwarded to both parts."""
+        self.local.prepare(op, nbytes)
+        self.remote.prepare(op, nbytes)
 
     def schedule(self, op: str, count: int, root: int | None = 0, dtype: torch.dtype = torch.float32):
         return self.remote.schedule(op, count, root, dtype)

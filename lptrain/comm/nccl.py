@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
-from lptrain.comm.communicator import NCCL_DTYPES, Communicator
+from lptrain.comm.checks import NCCL_DTYPES
+from lptrain.comm.communicator import DeviceCommunicator
 from lptrain.comm.devices import require_cuda
 from lptrain.comm.errors import BackendUnavailableError, CollectiveInputError
 
@@ -21,7 +22,7 @@ def nccl_available() -> bool:
     return torch.cuda.is_available() and hasattr(torch._C, "_nccl_all_reduce")
 
 
-class NcclCommunicator(Communicator):
+class NcclCommunicator(DeviceCommunicator):
     name = "nccl"
     dtypes = NCCL_DTYPES
 

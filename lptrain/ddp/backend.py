@@ -36,6 +36,7 @@ import torch.distributed as dist
 from lptrain.comm.algorithms import SCHEDULES
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.ranges import collective_range
+from lptrain.communicators import build_communicator
 from lptrain.ddp.worker import OrderedWorker, SideStreams
 
 ALGORITHMS = SCHEDULES
@@ -137,8 +138,6 @@ class LPProcessGroup(dist.ProcessGroup):
 
     def _communicator(self, device: torch.device):
         if device.type not in self._comms:
-            from lptrain.comm import build_communicator
-
             self._comms[device.type] = build_communicator(
                 self.algo, process_group=self.inner(device), timeout_s=self._timeout.total_seconds()
             )

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from lptrain.comm.algorithms import SCHEDULES
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.ranges import collective_range
+from lptrain.communicators import build_communicator
 from lptrain.ddp.worker import OrderedWorker, SideStreams
 
 GRAD_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -55,8 +56,6 @@ class LPHookState:
             raise CollectiveInputError(
                 f"unknown grad_dtype {grad_dtype!r} for lptrain.ddp; valid: {', '.join(GRAD_DTYPES)}"
             )
-        from lptrain.comm import build_communicator
-
         group = process_group if process_group is not None else dist.group.WORLD
         self.comm = build_communicator(
             algo, process_group=group, timeout_s=timeout_s, check_desync=check_desync, **options

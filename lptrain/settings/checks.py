@@ -159,7 +159,7 @@ def check_profile(t: TrainerConfig) -> None:
 
 def check_comm(c, replicas: int) -> None:
     """``comm``: the name, the dtype, and each option its options class has."""
-    from lptrain.comm.registry import NAMES
+    from lptrain.communicators import NAMES
 
     _choice("comm.name", c.name, NAMES)
     _choice("comm.grad_dtype", c.grad_dtype, FLOAT_TYPES)
@@ -213,7 +213,7 @@ def _check_auto_options(options: AutoOptions) -> None:
 
         _choice("comm.options.topology", options.topology, list(TOPOLOGIES))
     if options.tuning is not None:
-        from lptrain.comm.tuning import TuningTable
+        from lptrain.auto.tuning import TuningTable
 
         try:
             TuningTable.load(options.tuning)

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lptrain.comm import build_communicator
 from lptrain.comm.algorithms import SCHEDULES
+from lptrain.comm.build import build_in_process
 from lptrain.comm.measure import OPS, collective_call
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.simulator import simulate
@@ -144,7 +144,7 @@ def measure(
     target_s: float = 0.05,
 ) -> list[Measurement]:
     """Median time of each (algorithm, op, size) on ``world_size`` CPU devices."""
-    comms = {a: build_communicator(a, ["cpu"] * world_size) for a in algos}
+    comms = {a: build_in_process(a, ["cpu"] * world_size) for a in algos}
     out = []
     for size in sizes:
         count = size // 4

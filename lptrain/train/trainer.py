@@ -29,10 +29,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lptrain.comm import build_communicator
-from lptrain.comm.auto import AutoCommunicator
-from lptrain.comm.hierarchical import HierarchicalCommunicator
+from lptrain.comm.protocol import Communicator
 from lptrain.comm.ranges import collective_range, phase_range
+from lptrain.communicators import build_communicator
 from lptrain.data import (
     Batches,
     StepBatchSampler,
@@ -205,51 +204,30 @@ class Trainer:
         """Rank 0 logs, evaluates and checkpoints; the other processes only train."""
         return self.rank == 0
 
-    def _communicator(self, config: RunConfig, timeout_s: float, check_desync: bool):
-        options = asdict(config.comm.options)
-        name = config.comm.name
-        if not dist.is_initialized():  # one process; under torchrun even one process joins its group
+    def _communicator(self, config: RunConfig, timeout_s: float, check_desync: bool) -> Communicator:
+        """This process's devices; under torchrun (where even one process joins its group) the
+        processes too: the algorithm inside over the devices, across over torch.distributed."""
+        name, options = config.comm.name, asdict(config.comm.options)
+        if not dist.is_initialized():
             return build_communicator(name, self.devices, **options)
-        # Under torchrun: the algorithm inside the process over its devices, and across the
-        # processes over torch.distributed ("nccl" there is the backend's own collective).
-        local_name = "ring" if name == "nccl" and self.devices[0].type == "cpu" else name
-        local_options = {k: v for k, v in options.items() if k != "tuning"}  # the file describes the processes
-        local = build_communicator(local_name, self.devices, **local_options)
-        remote = build_communicator(
-            name, process_group=dist.group.WORLD, timeout_s=timeout_s, check_desync=check_desync, **options
-        )
-        return HierarchicalCommunicator(local, remote)
+        across = {"timeout_s": timeout_s, "check_desync": check_desync}
+        return build_communicator(name, self.devices, process_group=dist.group.WORLD, **across, **options)
 
     def _auto_choices(self) -> list[str]:
         """comm=auto: choose now for the trainer's own messages (each gradient bucket, and in
         reduce mode each bucket of weights broadcast back), so the first lines can say what
         runs and why."""
-        where = {
-            "": self.comm,
-            "inside the process, ": getattr(self.comm, "local", None),
-            "across processes, ": getattr(self.comm, "remote", None),
-        }
-        autos = {prefix: c for prefix, c in where.items() if isinstance(c, AutoCommunicator)}
         param_itemsize = self.replicas.params[0].element_size()
         for start, stop in self.buckets:
             for op, nbytes in self.sync.messages(stop - start, self.grad_dtype.itemsize, param_itemsize):
-                for auto in autos.values():
-                    auto.prepare(op, nbytes)
-        return [prefix + line for prefix, auto in autos.items() for line in auto.describe()]
+                self.comm.prepare(op, nbytes)
+        return self.comm.describe("choice")
 
     def _kernel_choices(self) -> list[str]:
-        """On GPUs, how each pair of them adds the other's blocks (``reduce_kernel``); under
-        torchrun, the transport LP's automatic blocks were sized for."""
-        local = getattr(self.comm, "local", self.comm)
-        describe = getattr(local, "kernel_choices", None)
-        lines = describe() if describe is not None else []
-        remote = getattr(self.comm, "remote", None)
-        link = getattr(remote, "link", None)
-        if link is not None:
-            sized = "segments and LP's blocks" if remote.name == "lp" else "segments"
-            measured = f"sized for this transport as measured, {link.describe()}"
-            lines.append(f"{remote.name} across processes: {sized} {measured}")
-        return lines
+        """How the messages run: on GPUs, how each pair of them adds the other's blocks
+        (``reduce_kernel``) and which plans replay as CUDA graphs; under torchrun, what was
+        sized for the transport as measured."""
+        return self.comm.describe("execution")
 
     def _buckets(self, bucket_mb) -> list[tuple[int, int]]:
         """Whole parameters, from the last to the first (the order backward produces them),

@@ -1,28 +1,67 @@
 """The collective algorithms, one per module, each a pure schedule builder.
 
-Every module exposes ``broadcast(world_size, count, root, **options)``,
-``reduce(world_size, count, root, **options)`` and ``allreduce(world_size, count,
-**options)``, each returning a :class:`lptrain.comm.schedule.Schedule`, and
-``ISSUE_ORDER``. ``MODULES`` is the one list of them: the registry, the benchmark, the
-DDP hook and backend, ``comm=auto`` and the simulator take their names from it, and the
-tests verify every module in it, so adding an algorithm is a module and a line here.
+Every module has the same shape: ``NAME``; ``OPTIONS``, an
+:class:`~lptrain.comm.algorithms.options.AlgorithmOptions` (the options a user may set,
+their defaults, and the keyword arguments they give the schedule functions per message);
+``ISSUE_ORDER``; and ``broadcast(world_size, count, root, **keywords)``,
+``reduce(world_size, count, root, **keywords)`` and ``allreduce(world_size, count,
+**keywords)``, each returning a :class:`lptrain.comm.schedule.Schedule`.
+
+``MODULES`` is the one list of them and ``schedule_builders`` the one adapter from a
+module and its options to the builders the executors call: the registry, the benchmark,
+the DDP hook and backend, ``comm=auto`` and the simulator take their names and their
+builders from here, and the tests verify every module in it, so adding an algorithm is a
+module and a line here. ``VARIANTS`` names an algorithm run with preset options (lp-rb is
+LP's reduce-then-broadcast allreduce), resolved here alone (``resolve``, ``variant_of``).
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
 from types import ModuleType
+from typing import Any
 
 from lptrain.comm.algorithms import be, lp, mst, ring
+from lptrain.comm.algorithms.options import HOST, Sizing
+from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.schedule import Schedule
 
 MODULES: dict[str, ModuleType] = {"lp": lp, "mst": mst, "be": be, "ring": ring}
 SCHEDULES = tuple(MODULES)  # the algorithms that are schedules (nccl and auto are not)
-# The variants the benchmark and the simulator list as algorithms of their own.
-VARIANTS = {"lp-rb": ("lp", {"allreduce": "reduce_broadcast"})}
+# The variants the benchmark, the simulator and auto list as algorithms of their own.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"lp-rb": ("lp", {"allreduce": "reduce_broadcast"})}
 # Each schedule followed by its variants: lp, lp-rb, mst, be, ring.
 WITH_VARIANTS = tuple(n for s in SCHEDULES for n in (s, *(v for v, (base, _) in VARIANTS.items() if base == s)))
+OPS = ("broadcast", "reduce", "allreduce")
+
+# (world_size, count, root, itemsize) -> the schedule of one message; root is None for allreduce
+Builder = Callable[[int, int, "int | None", int], Schedule]
+
+
+def resolve(algorithm: str) -> tuple[str, dict[str, Any]]:
+    """The schedule module's name and the preset options of ``algorithm`` (a variant such as
+    ``lp-rb``, or an algorithm itself with none)."""
+    base, preset = VARIANTS.get(algorithm, (algorithm, {}))
+    return base, dict(preset)
+
+
+def variant_of(algorithm: str, options: Mapping[str, Any]) -> str:
+    """The name of ``algorithm`` run with ``options``: its variant where the options match
+    one (lp with ``allreduce="reduce_broadcast"`` is ``lp-rb``), else ``algorithm``."""
+    for name, (base, preset) in VARIANTS.items():
+        if base == algorithm and all(options.get(k) == v for k, v in preset.items()):
+            return name
+    return algorithm
 
 
 def module_of(algorithm: str) -> ModuleType:
     """The schedule module of ``algorithm`` or of its variant (``lp-rb`` is ``lp``)."""
-    return MODULES[VARIANTS[algorithm][0] if algorithm in VARIANTS else algorithm]
+    return MODULES[resolve(algorithm)[0]]
+
+
+def option_names(algorithm: str) -> list[str]:
+    """The options ``algorithm``'s schedules take (LP: block_size, order, allreduce)."""
+    return list(module_of(algorithm).OPTIONS.defaults)
 
 
 def issue_orders(algorithm: str) -> dict[str, str]:
@@ -34,3 +73,52 @@ def issue_orders(algorithm: str) -> dict[str, str]:
 def issue_order(algorithm: str, op: str) -> str:
     """``issue_orders(algorithm)`` for one op."""
     return issue_orders(algorithm)[op]
+
+
+def check_options(algorithm: str, world_size: int, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``algorithm``'s options for ``world_size`` ranks: the variant's presets and the given
+    ones over the module's defaults, checked and settled; an unknown one is refused."""
+    if algorithm not in MODULES and algorithm not in VARIANTS:
+        raise CollectiveInputError(f"unknown algorithm {algorithm!r}; valid algorithms: {', '.join(WITH_VARIANTS)}")
+    base, preset = resolve(algorithm)
+    spec = MODULES[base].OPTIONS
+    given = {**preset, **(options or {})}
+    unknown = sorted(set(given) - set(spec.defaults))
+    if unknown:
+        valid = ", ".join(spec.defaults) or "none"
+        raise CollectiveInputError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {base}'s schedules; valid options: {valid}"
+        )
+    return spec.check({**spec.defaults, **given}, world_size)
+
+
+def follows_sizing(algorithm: str, options: dict[str, Any]) -> bool:
+    """Whether ``algorithm`` with these settled options sizes anything from the link figures."""
+    return module_of(algorithm).OPTIONS.follows_sizing(options)
+
+
+def schedule_builders(
+    algorithm: str, world_size: int, options: Mapping[str, Any] | None = None, sizing: Sizing = HOST
+) -> tuple[dict[str, Builder], dict[str, Any]]:
+    """Every algorithm's schedule builders, made the same way, and its settled options.
+
+    ``algorithm`` is a module's name or a variant's, ``options`` its own options
+    (``option_names``), checked now for ``world_size`` ranks; ``sizing`` gives the link
+    figures an option sized per message follows (LP's automatic block).
+    """
+    settled = check_options(algorithm, world_size, options)
+    module = module_of(algorithm)
+    spec = module.OPTIONS
+
+    def builder(op: str) -> Builder:
+        function = getattr(module, op)
+
+        def build(p: int, count: int, root: int | None, itemsize: int) -> Schedule:
+            keywords = spec.keywords(op, settled, p, count * itemsize, itemsize, sizing)
+            if op == "allreduce":
+                return function(p, count, **keywords)
+            return function(p, count, root, **keywords)
+
+        return build
+
+    return {op: builder(op) for op in OPS}, settled

@@ -14,9 +14,11 @@ result at the end.
 
 from __future__ import annotations
 
+from lptrain.comm.algorithms.options import AlgorithmOptions
 from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, even_bounds
 
 NAME = "be"
+OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the schedule
 # How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
 # its steps exchange with a new partner each time: a rank that starts the next step's
 # exchange while the last one still runs shares its one port between them and slows the

@@ -18,8 +18,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
+from lptrain.comm.algorithms.options import PCIE, AlgorithmOptions, Sizing
+from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, block_bounds
+from lptrain.comm.sizes import parse_size
 
 NAME = "lp"
 # How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
@@ -28,8 +32,8 @@ ISSUE_ORDER = {"broadcast": "eager", "reduce": "eager", "allreduce": "eager"}
 ALLREDUCE_MODES = ("overlapped", "reduce_broadcast")
 
 # Block-size rule defaults: PCIe Gen3 figures from the paper (alpha ~ 15 us, ~11 GB/s).
-DEFAULT_ALPHA_S = 15e-6
-DEFAULT_BETA_S_PER_BYTE = 1 / 11e9
+DEFAULT_ALPHA_S = PCIE.alpha_s
+DEFAULT_BETA_S_PER_BYTE = PCIE.beta_s_per_byte
 MIN_AUTO_BLOCK_BYTES = 256 * 1024
 MAX_AUTO_BLOCK_BYTES = 16 * 1024 * 1024
 
@@ -63,6 +67,49 @@ def optimal_block_bytes(
     fill = world_size - 2 if fill is None else fill
     best = float(MAX_AUTO_BLOCK_BYTES) if fill <= 0 else math.sqrt(message_bytes * alpha / (fill * beta))
     return int(min(max(best, MIN_AUTO_BLOCK_BYTES), MAX_AUTO_BLOCK_BYTES))
+
+
+class LpOptions(AlgorithmOptions):
+    """``block_size``: bytes per block (an int, ``"4M"``, or ``"auto"``: the cost model's
+    optimum for the link figures, see ``optimal_block_bytes``); ``order``: the chain, a
+    permutation of the ranks (None: ``0..P-1``); ``allreduce``: ``"overlapped"`` or
+    ``"reduce_broadcast"``, the paper's two constructions."""
+
+    defaults = {"block_size": "auto", "order": None, "allreduce": "overlapped"}
+
+    def check(self, options: dict[str, Any], world_size: int) -> dict[str, Any]:
+        mode = options["allreduce"]
+        if mode not in ALLREDUCE_MODES:
+            raise CollectiveInputError(f"unknown lp allreduce mode {mode!r}; valid modes: {', '.join(ALLREDUCE_MODES)}")
+        block_size = options["block_size"]
+        if block_size != "auto" and parse_size(block_size, "lp block_size") < 1:
+            raise CollectiveInputError(f"lp block_size must be at least 1 byte, got {block_size!r}")
+        return {**options, "order": check_order(options["order"], world_size)}
+
+    def follows_sizing(self, options: dict[str, Any]) -> bool:
+        return options["block_size"] == "auto"
+
+    def keywords(
+        self, op: str, options: dict[str, Any], world_size: int, nbytes: int, itemsize: int, sizing: Sizing
+    ) -> dict[str, Any]:
+        block_size = options["block_size"]
+        if block_size == "auto":
+            block_bytes = auto_block_bytes(op, world_size, nbytes, options["allreduce"], sizing)
+        else:
+            block_bytes = parse_size(block_size, "lp block_size")
+        keywords = {"block": max(1, block_bytes // itemsize), "order": options["order"]}
+        return {**keywords, "mode": options["allreduce"]} if op == "allreduce" else keywords
+
+
+OPTIONS = LpOptions()
+
+
+def auto_block_bytes(op: str, world_size: int, nbytes: int, mode: str, sizing: Sizing) -> int:
+    """``block_size=auto``: the cost model's block for ``op`` on an ``nbytes`` message with
+    the link figures of ``sizing``, no smaller than its floor (across processes, a segment)."""
+    fill = pipeline_fill(op, world_size, mode)
+    block = optimal_block_bytes(nbytes, world_size, sizing.alpha_s, sizing.beta_s_per_byte, fill)
+    return block if sizing.min_block is None else max(block, sizing.min_block(nbytes))
 
 
 def check_order(order: Sequence[int] | None, world_size: int) -> list[int]:

@@ -7,9 +7,11 @@ Each of the ``ceil(log2 P)`` rounds sends the whole message, so the time grows a
 
 from __future__ import annotations
 
+from lptrain.comm.algorithms.options import AlgorithmOptions
 from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder
 
 NAME = "mst"
+OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the schedule
 # How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
 # a tree forwards segments as they arrive, but a parent serves one child at a time: all
 # children at once share its port and every subtree starts late (3.99 against 3.00 n/B for a

@@ -1,12 +1,14 @@
 """``comm=auto``: per call, the algorithm this machine's measurements say is fastest.
 
 For each (operation, message size) the first call asks the tuning file
-(``lptrain.comm.tuning``, written by ``lptrain-bench --save-tuning``); where the file has
+(``lptrain.auto.tuning``, written by ``lptrain-bench --save-tuning``); where the file has
 no answer (no tuning file, an operation it did not measure, a size outside its range) the
 simulator prices lp, lp-rb, mst, be and ring on a model of the transport and the cheapest
-wins. The choice is kept for later calls of the same shape and recorded in ``decisions``
-(the trainer prints them and writes them to TensorBoard). The chosen communicators are
-built once each and called directly, so a call costs one dictionary look-up more.
+wins (``lptrain.auto.simulated``). The choice is kept for later calls of the same shape
+and recorded in ``decisions`` (``describe("choice")`` tells them: the trainer prints them
+and writes them to TensorBoard). The chosen communicators are built once each, by the
+``build`` function given (the factory's), and called directly, so a call costs one
+dictionary look-up more.
 """
 
 from __future__ import annotations
@@ -16,37 +18,24 @@ from typing import Any
 
 import torch
 
-from lptrain.comm.algorithms import SCHEDULES, VARIANTS, WITH_VARIANTS
+from lptrain.auto.simulated import simulated_choice
+from lptrain.auto.tuning import Choice, TuningTable
+from lptrain.comm.checks import check_arguments, first_tensor
 from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.protocol import Communicator, Tensors, wants
 from lptrain.comm.sizes import format_size
-from lptrain.comm.tuning import Choice, TuningTable
-
-SIMULATED = WITH_VARIANTS
-
-
-def simulated_choice(op: str, nbytes: int, world_size: int, topology: str) -> Choice:
-    """The cheapest schedule by the simulator on ``topology`` (LP at its cost-model block)."""
-    from lptrain.sim.predict import predict
-    from lptrain.sim.topology import build_topology
-
-    topo = build_topology(topology, world_size)
-    algos = SIMULATED if op == "allreduce" else SCHEDULES
-    times = {a: predict(a, op, topo, max(nbytes, 4)).seconds * 1e6 for a in algos}
-    ranked = sorted(times.items(), key=lambda kv: kv[1])
-    best = ranked[0][0]
-    detail = f"{format_size(nbytes)} {op} on the {topology} model: " + ", ".join(f"{a} {t:.0f} us" for a, t in ranked)
-    base, options = VARIANTS.get(best, (best, {}))
-    return Choice(base, dict(options), "simulated", detail)
+from lptrain.comm.transport import LinkCost
 
 
 class AutoCommunicator:
     """Delegates each collective to the communicator chosen for its operation and size."""
 
     name = "auto"
+    link: LinkCost | None = None  # it measures nothing itself: the communicators it builds do
 
     def __init__(
         self,
-        build: Callable[[str, dict[str, Any]], Any],
+        build: Callable[[str, dict[str, Any]], Communicator],
         *,
         executor: str,
         device_type: str,
@@ -69,8 +58,8 @@ class AutoCommunicator:
                     "lptrain-bench --save-tuning FILE (under torchrun for processes) or leave comm.options.tuning "
                     "null to let the simulator choose"
                 )
-        self._comms: dict[tuple, Any] = {}
-        self._chosen: dict[tuple[str, int], Any] = {}
+        self._comms: dict[tuple, Communicator] = {}
+        self._chosen: dict[tuple[str, int], Communicator] = {}
         self.decisions: list[tuple[str, int, Choice]] = []  # in the order first met
 
     def __repr__(self) -> str:
@@ -82,11 +71,8 @@ class AutoCommunicator:
         choice = self.table.choose(op, nbytes) if self.table is not None else None
         return choice or simulated_choice(op, nbytes, self.world_size, self.topology)
 
-    def prepare(self, op: str, nbytes: int) -> Any:
-        """Choose (once) and build the communicator for ``op`` on ``nbytes`` bytes.
-
-        A caller that knows its message sizes (the trainer's gradient buckets) calls this up
-        front, so the decisions can be shown before the first step."""
+    def chosen(self, op: str, nbytes: int) -> Communicator:
+        """The communicator for ``op`` on ``nbytes`` bytes: chosen and built at the first ask."""
         key = (op, nbytes)
         comm = self._chosen.get(key)
         if comm is None:
@@ -98,21 +84,31 @@ class AutoCommunicator:
             comm = self._chosen[key] = self._comms[build_key]
         return comm
 
-    def _for(self, op: str, tensors) -> Any:
-        first = tensors if isinstance(tensors, torch.Tensor) else tensors[0]
-        return self.prepare(op, first.numel() * first.element_size())
+    def prepare(self, op: str, nbytes: int) -> None:
+        """Choose (once) and build the communicator for ``op`` on ``nbytes`` bytes.
 
-    def broadcast(self, tensors, root: int = 0) -> None:
-        self._for("broadcast", tensors).broadcast(tensors, root=root)
+        A caller that knows its message sizes (the trainer's gradient buckets) calls this up
+        front, so the decisions can be shown before the first step."""
+        self.chosen(op, nbytes)
 
-    def reduce(self, tensors, root: int = 0, op: str = "sum") -> None:
-        self._for("reduce", tensors).reduce(tensors, root=root, op=op)
+    def _for(self, op: str, tensors: Tensors, root: int | None, how: str | None) -> Communicator:
+        first = first_tensor(tensors)
+        check_arguments(self.world_size, root=root, op=how, dtype=first.dtype)
+        return self.chosen(op, first.numel() * first.element_size())
 
-    def allreduce(self, tensors, op: str = "sum") -> None:
-        self._for("allreduce", tensors).allreduce(tensors, op=op)
+    def broadcast(self, tensors: Tensors, root: int = 0) -> None:
+        self._for("broadcast", tensors, root, None).broadcast(tensors, root=root)
 
-    def describe(self) -> list[str]:
-        """One line per decision so far: what was chosen for which call, from what."""
+    def reduce(self, tensors: Tensors, root: int = 0, op: str = "sum") -> None:
+        self._for("reduce", tensors, root, op).reduce(tensors, root=root, op=op)
+
+    def allreduce(self, tensors: Tensors, op: str = "sum") -> None:
+        self._for("allreduce", tensors, None, op).allreduce(tensors, op=op)
+
+    def describe(self, topic: str | None = None) -> list[str]:
+        """One line per decision so far (``"choice"``): what was chosen for which call, from what."""
+        if not wants(topic, "choice"):
+            return []
         return [
             f"{op} of {format_size(nbytes)}: {c.label} ({c.source}: {c.detail})" for op, nbytes, c in self.decisions
         ]

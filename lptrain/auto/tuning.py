@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lptrain.comm.algorithms import SCHEDULES
+from lptrain.comm.algorithms import SCHEDULES, variant_of
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.sizes import format_size
 
@@ -45,8 +45,7 @@ class Choice:
     @property
     def label(self) -> str:
         block = self.options.get("block_size")
-        mode = "-rb" if self.options.get("allreduce") == "reduce_broadcast" else ""
-        return f"{self.algo}{mode}" + (f" (block {block})" if block not in (None, "auto") else "")
+        return variant_of(self.algo, self.options) + (f" (block {block})" if block not in (None, "auto") else "")
 
 
 @dataclass
@@ -170,6 +169,5 @@ class TuningTable:
 def _label(key: tuple) -> str:
     algo, options = key
     opts = dict(options)
-    mode = "-rb" if opts.get("allreduce") == "reduce_broadcast" else ""
     block = opts.get("block_size")
-    return f"{algo}{mode}" + (f"@{block}" if block not in (None, "auto") else "")
+    return variant_of(algo, opts) + (f"@{block}" if block not in (None, "auto") else "")
