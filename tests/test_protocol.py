@@ -5,21 +5,18 @@ from __future__ import annotations
 
 import inspect
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import distributed_workers as workers
+import protocol_check
 import pytest
 import torch
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).parent))
-import distributed_workers as workers  # noqa: E402
-import protocol_check  # noqa: E402
-
-from lptrain.auto import AutoCommunicator, Choice  # noqa: E402
-from lptrain.bench.variants import algo_variants  # noqa: E402
-from lptrain.comm.algorithms import (  # noqa: E402
+from lptrain.auto import AutoCommunicator, Choice
+from lptrain.bench.variants import algo_variants
+from lptrain.comm.algorithms import (
     MODULES,
     OPS,
     SCHEDULES,
@@ -29,15 +26,15 @@ from lptrain.comm.algorithms import (  # noqa: E402
     schedule_builders,
     variant_of,
 )
-from lptrain.comm.algorithms.options import HOST, AlgorithmOptions, Sizing  # noqa: E402
-from lptrain.comm.communicator import ScheduleCommunicator  # noqa: E402
-from lptrain.comm.distributed import DistributedCommunicator  # noqa: E402
-from lptrain.comm.errors import CollectiveInputError  # noqa: E402
-from lptrain.comm.hierarchical import HierarchicalCommunicator  # noqa: E402
-from lptrain.comm.nccl import NcclCommunicator  # noqa: E402
-from lptrain.comm.verify import verify  # noqa: E402
-from lptrain.communicators import NAMES, build_communicator, options_of  # noqa: E402
-from lptrain.sim.predict import schedule_for  # noqa: E402
+from lptrain.comm.algorithms.options import HOST, AlgorithmOptions, Sizing
+from lptrain.comm.communicator import ScheduleCommunicator
+from lptrain.comm.distributed import DistributedCommunicator
+from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.hierarchical import HierarchicalCommunicator
+from lptrain.comm.nccl import NcclCommunicator
+from lptrain.comm.verify import verify
+from lptrain.communicators import NAMES, build_communicator, options_of
+from lptrain.sim.predict import schedule_for
 
 # -- one protocol -------------------------------------------------------------------------------
 KINDS = [ScheduleCommunicator, NcclCommunicator, DistributedCommunicator, HierarchicalCommunicator, AutoCommunicator]

@@ -166,6 +166,24 @@ def _validated(args: argparse.Namespace) -> tuple[ClusterSpec, list[str], LinkDo
     return spec, command, link_down
 
 
+def _clean() -> None:
+    """``--clean``: remove what killed lptrain-clusters left behind."""
+    stale = stale_prefixes()
+    for prefix in stale:
+        _say(f"removed {', '.join(remove_prefix(prefix))}")
+    if not stale:
+        _say("no namespaces of a killed lptrain-cluster were found")
+
+
+def _cluster_text(plan, command: list[str]) -> str:
+    """cluster.txt: the cluster as planned, the command, and every command that made it."""
+    return (
+        f"{plan.describe()}\ncommand: {' '.join(command)}\nnamespaces: {' '.join(plan.namespaces)}\n"
+        + "".join(f"node {n.index}: {n.namespace} {n.address} rack {n.rack}\n" for n in plan.nodes)
+        + "".join(" ".join(c) + "\n" for c in plan.commands)
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
@@ -185,11 +203,7 @@ def main(argv: list[str] | None = None) -> None:
             _fail("--clean needs CAP_NET_ADMIN (root): a cluster made in a user namespace vanishes with it")
         _reexec_in_user_namespace(argv)
     if args.clean:
-        stale = stale_prefixes()
-        for prefix in stale:
-            _say(f"removed {', '.join(remove_prefix(prefix))}")
-        if not stale:
-            _say("no namespaces of a killed lptrain-cluster were found")
+        _clean()
         return
     for prefix in stale_prefixes():
         _say(f"namespaces {prefix}-* were left by a killed lptrain-cluster; `lptrain-cluster --clean` removes them")
@@ -211,11 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         echo=None if args.quiet else sys.stdout,
         say=_say,
     )
-    (log_dir / "cluster.txt").write_text(
-        f"{plan.describe()}\ncommand: {' '.join(command)}\nnamespaces: {' '.join(plan.namespaces)}\n"
-        + "".join(f"node {n.index}: {n.namespace} {n.address} rack {n.rack}\n" for n in plan.nodes)
-        + "".join(" ".join(c) + "\n" for c in plan.commands)
-    )
+    (log_dir / "cluster.txt").write_text(_cluster_text(plan, command))
     _say(f"{plan.describe()}; logs in {log_dir}")
     stop = Stop()
     stop.install()
