@@ -66,57 +66,53 @@ def test_the_benchmarks_share_one_home_and_do_not_import_each_other():
     assert not any(m.startswith("lptrain.bench") for m in graph[table])  # the table needs neither
 
 
-LOWER = ("lptrain.comm", "lptrain.sim", "lptrain.train", "lptrain.data", "lptrain.ddp")
-UPPER = ("lptrain.bench", "lptrain.settings")
+# The floors of docs/design.md: a module imports only from its own floor or below.
+FLOORS = (
+    (-1, ("lptrain.schema", "lptrain.errors", "lptrain.exits")),  # the ground floor: types, error, exit codes
+    (0, ("lptrain.comm", "lptrain.data", "lptrain.models")),  # the collectives; data; networks
+    (1, ("lptrain.sim",)),  # pricing schedules
+    (2, ("lptrain.auto",)),  # choosing: stands above measuring
+    (3, ("lptrain.communicators",)),  # the one factory
+    (4, ("lptrain.train", "lptrain.ddp")),  # the trainer; DDP's hook and backend
+    (5, ("lptrain.bench", "lptrain.cluster")),  # lptrain-bench, lptrain-cluster
+    (6, ("lptrain", "lptrain.cli", "lptrain.settings", "lptrain.report")),  # command lines, checks
+)
 
 
 def within(name: str, package: str) -> bool:
-    """``name`` is ``package``, a module under it, or a top-level sibling of it such as ``lptrain.bench_common``."""
-    return name == package or name.startswith((f"{package}.", f"{package}_"))
+    """``name`` is ``package`` or a module under it."""
+    return name == package or name.startswith(f"{package}.")
 
 
-def test_no_lower_layer_reaches_up_into_the_benchmark_or_the_settings():
-    """comm, sim, train, data and ddp are what the benchmark and the settings are built on:
-    an arrow back up would make the lower layer need the upper one to import at all."""
+def floor_of(module: str) -> int:
+    """The floor of the most specific package ``module`` is in."""
+    matches = [(len(package), floor) for floor, packages in FLOORS for package in packages if within(module, package)]
+    assert matches, f"{module} is on no floor: add it to FLOORS (and to docs/design.md)"
+    return max(matches)[1]
+
+
+def test_every_module_imports_only_its_floor_and_below():
+    """An arrow up a floor makes the lower part need the upper one to import at all (comm
+    would need the simulator, the trainer the command line)."""
+    assert floor_of("lptrain.comm.auto_like") == 0 and floor_of("lptrain.auto.tuning") == 2
     graph = import_graph()
-    assert within("lptrain.bench.table", "lptrain.bench") and not within("lptrain.benchmarks", "lptrain.bench")
     upward = sorted(
-        f"{module} -> {target}"
+        f"{module} (floor {floor_of(module)}) -> {target} (floor {floor_of(target)})"
         for module, targets in graph.items()
-        if any(within(module, low) for low in LOWER)
         for target in targets
-        if any(within(target, high) for high in UPPER)
+        if floor_of(target) > floor_of(module)
     )
-    assert not upward, "imports up into bench or settings:\n" + "\n".join(upward)
+    assert not upward, "imports up a floor:\n" + "\n".join(upward)
+
+
+def test_auto_chooses_with_the_collectives_and_the_simulator_and_the_factory_builds_it():
+    graph = import_graph()
+    auto = set().union(*(targets for module, targets in graph.items() if within(module, "lptrain.auto")))
+    assert any(within(t, "lptrain.comm") for t in auto) and any(within(t, "lptrain.sim") for t in auto)
+    assert "lptrain.auto" in graph["lptrain.communicators"]  # the one factory builds auto too
 
 
 def test_the_import_graph_has_no_circle():
     graph = import_graph()
     assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]  # the finder finds one
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
-
-
-# Choosing stands above measuring: (floor, what it must not import, function-level imports included).
-FLOORS = {
-    "lptrain.comm": ("lptrain.sim", "lptrain.auto", "lptrain.communicators"),
-    "lptrain.sim": ("lptrain.auto", "lptrain.communicators"),
-    "lptrain.auto": ("lptrain.communicators", "lptrain.train", "lptrain.bench", "lptrain.settings"),
-}
-
-
-def test_the_collectives_the_simulator_and_auto_each_import_only_what_stands_below_them():
-    """comm knows neither the simulator nor auto nor the factory that builds auto; the
-    simulator does not know auto; auto uses comm and sim and nothing above the factory."""
-    graph = import_graph()
-    upward = sorted(
-        f"{module} -> {target}"
-        for floor, above in FLOORS.items()
-        for module, targets in graph.items()
-        if within(module, floor)
-        for target in targets
-        if any(within(target, high) for high in above)
-    )
-    assert not upward, "imports up a floor:\n" + "\n".join(upward)
-    auto = set().union(*(targets for module, targets in graph.items() if within(module, "lptrain.auto")))
-    assert any(within(t, "lptrain.comm") for t in auto) and any(within(t, "lptrain.sim") for t in auto)
-    assert "lptrain.auto" in graph["lptrain.communicators"]  # the one factory builds auto too
