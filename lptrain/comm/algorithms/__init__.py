@@ -66,7 +66,7 @@ def option_names(algorithm: str) -> list[str]:
 
 def issue_orders(algorithm: str) -> dict[str, str]:
     """How the multi-process executor may overlap ``algorithm``'s steps, per op (each
-    module's ``ISSUE_ORDER``; see ``lptrain.comm.dataflow.ISSUE_ORDERS``)."""
+    module's ``ISSUE_ORDER``; see ``lptrain.comm.program.ISSUE_POLICIES``)."""
     return module_of(algorithm).ISSUE_ORDER
 
 

@@ -19,7 +19,7 @@ from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, even_bounds
 
 NAME = "be"
 OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the schedule
-# How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
+# How the multi-process executor may overlap steps (lptrain.comm.program.ISSUE_POLICIES):
 # its steps exchange with a new partner each time: a rank that starts the next step's
 # exchange while the last one still runs shares its one port between them and slows the
 # partner that waits for the last one (1.78 against 1.50 n/B for an allreduce over 4 on one

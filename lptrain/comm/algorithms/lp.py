@@ -26,7 +26,7 @@ from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, block_bounds
 from lptrain.comm.sizes import parse_size
 
 NAME = "lp"
-# How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
+# How the multi-process executor may overlap steps (lptrain.comm.program.ISSUE_POLICIES):
 # the chain's pipeline is the point: every rank forwards each segment the moment it is in.
 ISSUE_ORDER = {"broadcast": "eager", "reduce": "eager", "allreduce": "eager"}
 ALLREDUCE_MODES = ("overlapped", "reduce_broadcast")

@@ -12,7 +12,7 @@ from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder
 
 NAME = "mst"
 OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the schedule
-# How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
+# How the multi-process executor may overlap steps (lptrain.comm.program.ISSUE_POLICIES):
 # a tree forwards segments as they arrive, but a parent serves one child at a time: all
 # children at once share its port and every subtree starts late (3.99 against 3.00 n/B for a
 # broadcast over 8 on one port, lptrain.sim.dataflow).

@@ -15,7 +15,7 @@ from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, even_bounds
 
 NAME = "ring"
 OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the schedule
-# How the multi-process executor may overlap steps (lptrain.comm.dataflow.ISSUE_ORDERS):
+# How the multi-process executor may overlap steps (lptrain.comm.program.ISSUE_POLICIES):
 # each step's chunk depends on the last one's; a broadcast's allgather started early
 # shares the port with the scatter still running (1.77 against 1.51 n/B for P = 4 with
 # ``eager``, lptrain.sim.dataflow). Waiting for every earlier receive too (``steps``) only
