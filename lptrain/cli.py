@@ -52,7 +52,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _say(message: str) -> None:
-    print(f"lptrain: error: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, written whole: under torchrun stderr is unbuffered, and a line
+    printed as its text and then its newline can have another rank's line land between."""
+    sys.stderr.write(f"lptrain: error: {message}\n")
+    sys.stderr.flush()
 
 
 def _fail(message: str) -> None:

@@ -9,6 +9,7 @@ file left by a killed save.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -361,3 +362,27 @@ def test_a_second_ctrl_c_during_the_checkpoint_write_is_an_interrupt_not_a_write
         trainer._restore_signal_handlers(previous)
     assert checkpoint.temporary_files(trainer.checkpoint_path) == []
     assert not trainer.checkpoint_path.exists()
+
+
+class _Writes(io.BytesIO):
+    """A byte stream that records each write it is given (a pipe's write calls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[bytes] = []
+
+    def write(self, data) -> int:
+        self.calls.append(bytes(data))
+        return super().write(data)
+
+
+def test_an_error_line_is_one_write_even_on_an_unbuffered_stderr(monkeypatch):
+    """Under torchrun the workers' stderr is unbuffered (PYTHONUNBUFFERED): a line written as
+    text, then its newline, lets another rank's line land between the two on the shared pipe
+    (seen: two survivors' lines run together). One write of the whole line cannot be split."""
+    from lptrain import cli
+
+    raw = _Writes()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, write_through=True))
+    cli._say("rank 0: the desync check failed")
+    assert raw.calls == [b"lptrain: error: rank 0: the desync check failed\n"]

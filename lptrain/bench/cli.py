@@ -108,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, BackendUnavailableError) as err:
         parser.error(str(err))
     except CollectiveError as err:  # a peer died, stalled or desynced: the group is broken
-        print(f"lptrain-bench: error: {err}", file=sys.stderr, flush=True)
+        sys.stderr.write(f"lptrain-bench: error: {err}\n")  # whole: ranks share the pipe, unbuffered
+        sys.stderr.flush()
         sys.stdout.flush()
         os._exit(EXIT_PEER_FAILED)  # leaving the group would wait on the peer that is gone
     if args.json and int(os.environ.get("RANK", "0")) == 0:

@@ -44,7 +44,8 @@ IN_USERNS = "LPTRAIN_CLUSTER_IN_USERNS"
 
 
 def _say(message: str) -> None:
-    print(f"lptrain-cluster: {message}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"lptrain-cluster: {message}\n")  # one write: nodes' lines share the terminal
+    sys.stderr.flush()
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
