@@ -26,6 +26,7 @@ from lptrain.cluster.plan import ClusterSpec, ClusterSpecError, build_plan, form
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = [sys.executable, "-m", "lptrain.cluster.cli"]
+FIDELITY_WINDOW_S = 0.3
 
 
 # ---------------------------------------------------------------- the plan (no privilege)
@@ -42,7 +43,9 @@ def test_a_star_gives_every_node_one_shaped_port_each_way_and_nothing_on_the_hos
         assert shaped[(plan.switch, n.port)] == 200_000_000
     assert len(plan.shaping) == 8
     for command in plan.commands:  # every command names one of the cluster's namespaces
-        assert command[0] in ("ip", "tc") and command[1] == "-n" and command[2] in plan.namespaces
+        inside = command[:3] == ("ip", "netns", "exec")  # the per-namespace sysctl
+        assert command[0] in ("ip", "tc") and (inside or command[1] == "-n")
+        assert command[3 if inside else 2] in plan.namespaces
     assert not any("route" in c for c in plan.commands), "no route is added anywhere"
     assert plan.describe() == "4 nodes, star, 200mbit per node port"
 
@@ -126,8 +129,9 @@ class Watched:
     """An lptrain-cluster run, with every namespace and process it made recorded while it ran."""
 
     def __init__(self, args: list[str], cwd: Path, stop_after_s: float | None = None) -> None:
-        self.proc = subprocess.Popen([*CLUSTER, *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)  # fmt: skip
+        # The fidelity check in a fraction of a second (test_cluster_fidelity.py tests the check itself).
+        argv = [*CLUSTER, "--fidelity-window", str(FIDELITY_WINDOW_S), *args]
+        self.proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.prefix = f"lpc{self.proc.pid}-"
         self.namespaces: set[str] = set()
         self.pids: set[int] = set()
@@ -181,7 +185,7 @@ def test_the_benchmark_and_a_training_run_across_four_namespaces(tmp_path):
     assert all(r["wrong"] == 0 and r["devices"] == 4 for r in rows)
     assert "# lptrain-bench allreduce: 4 x gloo process" in out  # rank 0's output, printed
     assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == [
-        "cluster.txt", "node0.log", "node1.log", "node2.log", "node3.log"]  # fmt: skip
+        "cluster.txt", "fidelity.json", "node0.log", "node1.log", "node2.log", "node3.log"]  # fmt: skip
     assert "every node finished" in err
 
     run = Watched(["--nodes", "4", "--link", "1gbit", "--logs", str(tmp_path / "train"), "--",

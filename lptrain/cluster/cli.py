@@ -4,14 +4,18 @@
     lptrain-cluster --nodes 4 --link 200mbit -- lptrain trainer.steps=20
     lptrain-cluster --nodes 8 --layout racks --uplink 100mbit -- lptrain-bench --op allreduce
     lptrain-cluster --nodes 4 --slow 2=50mbit -- python3 scripts/profile_dist.py --links
+    lptrain-cluster --nodes 16 --link 200mbit --fidelity-only   # can this host carry it?
     lptrain-cluster --clean        # namespaces left by a cluster whose maker was killed (SIGKILL)
 
 Every node is a network namespace with one port of ``--link`` each way (``tc`` token
 bucket), joined by a bridge in a switch namespace; one torchrun node runs the command in
-each, rendezvousing over those links (gloo). Rank 0's output is printed; every node's
-is kept in ``--logs``. On success, failure, timeout or Ctrl-C, every process started is
-ended and every namespace made is deleted. Exit codes: the command's own (the first
-failing node's), 2 bad arguments or no privilege to make namespaces, 124 timeout, 130
+each, rendezvousing over those links (gloo). Before the command, the fidelity check
+(``lptrain.cluster.fidelity``) has every port send and receive at once and refuses a
+cluster the host cannot carry. Rank 0's output is printed; every node's is kept in
+``--logs``, beside cluster.txt and fidelity.json. On success, failure, timeout or Ctrl-C,
+every process started is ended and every namespace made is deleted. Exit codes: the
+command's own (the first failing node's), 2 bad arguments or no privilege to make
+namespaces, 5 the host cannot carry the cluster (below fidelity), 124 timeout, 130
 Ctrl-C, 143 SIGTERM.
 """
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shutil
 import signal
@@ -26,19 +31,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lptrain.cluster import fidelity as fidelity_check
+from lptrain.cluster.fidelity import OPTION as ACCEPT_LOW_FIDELITY
+from lptrain.cluster.fidelity import Fidelity
 from lptrain.cluster.launch import Launch, LinkDown, Stop, run_on_cluster
 from lptrain.cluster.netns import (
     Cluster,
     ClusterError,
     can_unshare_user,
+    congestion_control,
     has_net_admin,
     hosts_text,
     privilege_problem,
     remove_prefix,
     stale_prefixes,
 )
-from lptrain.cluster.plan import LAYOUTS, ClusterSpec, ClusterSpecError, build_plan, parse_rate
-from lptrain.exits import EXIT_USAGE
+from lptrain.cluster.plan import LAYOUTS, PLACEMENTS, ClusterPlan, ClusterSpec, ClusterSpecError, build_plan, parse_rate
+from lptrain.exits import EXIT_LOW_FIDELITY, EXIT_USAGE
 
 IN_USERNS = "LPTRAIN_CLUSTER_IN_USERNS"
 
@@ -87,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--layout", choices=LAYOUTS, default="star", help="star (one switch) or racks")
     parser.add_argument("--racks", type=int, default=2, help="with --layout racks: how many (default 2)")
     parser.add_argument("--uplink", help="with --layout racks: each rack's uplink rate (default: --link)")
+    parser.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="contiguous",
+        help="with --layout racks: consecutive nodes in a rack (default), or node i in rack i %% racks",
+    )
     parser.add_argument("--slow", action="append", default=[], metavar="NODE=RATE", help="one node's own port rate")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")
     parser.add_argument("--timeout", type=float, help="seconds before everything is stopped (default: none)")
@@ -97,6 +112,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="do not print rank 0's output (it is still logged)")
     parser.add_argument("--clean", action="store_true", help="remove namespaces left by killed lptrain-clusters")
     parser.add_argument("--check", action="store_true", help="say whether namespaces can be made here, and exit")
+    parser.add_argument(
+        "--fidelity-only",
+        action="store_true",
+        help="make the cluster, run the fidelity check, print it and exit (no command)",
+    )
+    parser.add_argument(
+        "--fidelity-window",
+        type=float,
+        default=fidelity_check.WINDOW_S,
+        metavar="SECONDS",
+        help=f"how long the fidelity check counts (default {fidelity_check.WINDOW_S:g} s; the tests use a "
+        "fraction of a second, enough to catch a host that cannot carry the links)",
+    )
+    parser.add_argument(
+        ACCEPT_LOW_FIDELITY,
+        action="store_true",
+        help="run even where the fidelity check finds the host cannot carry the links (the output "
+        "then says the figures are below fidelity)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command each node runs (after --)")
     return parser
 
@@ -153,8 +187,9 @@ def _validated(args: argparse.Namespace) -> tuple[ClusterSpec, list[str], LinkDo
         racks=args.racks,
         uplink_bits=parse_rate(args.uplink, "--uplink") if args.uplink else None,
         slow=parse_slow(args.slow),
+        placement=args.placement,
     )
-    command = resolve_command(args.command)
+    command = [] if args.fidelity_only and not args.command else resolve_command(args.command)
     link_down = parse_link_down(args.link_down, args.link_down_cue)
     if link_down is not None and not 0 <= link_down.node < spec.nodes:
         raise ClusterSpecError(f"--link-down names node {link_down.node}, but the nodes are 0..{spec.nodes - 1}")
@@ -162,6 +197,8 @@ def _validated(args: argparse.Namespace) -> tuple[ClusterSpec, list[str], LinkDo
         raise ClusterSpecError(f"--nproc-per-node must be at least 1, got {args.nproc_per_node}")
     if args.timeout is not None and args.timeout <= 0:
         raise ClusterSpecError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if not args.fidelity_window > 0:
+        raise ClusterSpecError(f"--fidelity-window must be a positive number of seconds, got {args.fidelity_window}")
     if args.grace < 0:
         raise ClusterSpecError(f"--grace must be a number of seconds, at least 0, got {args.grace}")
     return spec, command, link_down
@@ -176,13 +213,64 @@ def _clean() -> None:
         _say("no namespaces of a killed lptrain-cluster were found")
 
 
-def _cluster_text(plan, command: list[str]) -> str:
-    """cluster.txt: the cluster as planned, the command, and every command that made it."""
+def _cluster_text(plan: ClusterPlan, command: list[str], fidelity: Fidelity) -> str:
+    """cluster.txt: the cluster as planned and as measured, the command, and every command
+    that made it."""
+    spec = plan.spec
+    placement = ""
+    if spec.layout == "racks":
+        how = "node i in rack i % racks" if spec.placement == "interleaved" else "consecutive nodes in a rack"
+        placement = f"placement: {spec.placement} ({how})\n"
     return (
-        f"{plan.describe()}\ncommand: {' '.join(command)}\nnamespaces: {' '.join(plan.namespaces)}\n"
+        f"{plan.describe()}\nlinks: {plan.describe_links()}\n{placement}command: {' '.join(command)}\n"
+        f"namespaces: {' '.join(plan.namespaces)}\n"
         + "".join(f"node {n.index}: {n.namespace} {n.address} rack {n.rack}\n" for n in plan.nodes)
+        + f"{fidelity.summary()}\n"
+        + "".join(line + "\n" for line in fidelity.lines())
         + "".join(" ".join(c) + "\n" for c in plan.commands)
     )
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (a signal or a full disk leaves no half of it)."""
+    part = path.with_name(path.name + ".part")
+    try:
+        part.write_text(text)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _start(cluster: Cluster, args: argparse.Namespace, log_dir: Path, command: list[str], stop: Stop) -> Fidelity:
+    """Make the cluster and check that the host carries it; on a refusal, an error or a
+    signal, remove it again and exit with the cause in one line."""
+    try:
+        cluster.up()
+        window_s = args.fidelity_window
+        fidelity = fidelity_check.measure(cluster, warmup_s=min(fidelity_check.WARMUP_S, window_s), window_s=window_s)
+    except BaseException as err:
+        cluster.down()
+        if isinstance(err, ClusterError):
+            _fail(str(err))
+        raise
+    accepted = args.accept_low_fidelity
+    try:
+        _write_whole(log_dir / "cluster.txt", _cluster_text(cluster.plan, command, fidelity))
+        _write_whole(log_dir / "fidelity.json", json.dumps(fidelity.to_json(accepted), indent=1) + "\n")
+    except OSError as err:
+        cluster.down()
+        _fail(f"cannot write the cluster's description into {log_dir}: {err.strerror or err}")
+    if stop.signum is not None:  # a signal while the links were made or checked: start nothing
+        cluster.down()
+        _fail(f"stopped by {signal.Signals(stop.signum).name} before the nodes started", 128 + stop.signum)
+    if not fidelity.passed and not accepted:
+        cluster.down()
+        _fail(fidelity.refusal(), EXIT_LOW_FIDELITY)
+    _say(fidelity.summary())
+    if not fidelity.passed:
+        _say(f"warning: below fidelity, run anyway ({ACCEPT_LOW_FIDELITY}): the times measured on this cluster "
+             "are set by the host as much as by the links")  # fmt: skip
+    return fidelity
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -213,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         log_dir.mkdir(parents=True, exist_ok=args.logs is not None)
     except OSError as err:
         _fail(f"cannot make the log folder {log_dir}: {err.strerror or err}")
-    plan = build_plan(spec, f"lpc{os.getpid()}")
+    plan = build_plan(spec, f"lpc{os.getpid()}", congestion_control())
     if os.environ.get(IN_USERNS):
         _private_mounts(plan)
     launch = Launch(
@@ -226,23 +314,17 @@ def main(argv: list[str] | None = None) -> None:
         echo=None if args.quiet else sys.stdout,
         say=_say,
     )
-    (log_dir / "cluster.txt").write_text(_cluster_text(plan, command))
-    _say(f"{plan.describe()}; logs in {log_dir}")
+    _say(f"{plan.describe()}; {plan.describe_links()}; logs in {log_dir}")
     stop = Stop()
     stop.install()
     cluster = Cluster(plan)
-    try:
-        cluster.up()
-    except BaseException as err:
+    fidelity = _start(cluster, args, log_dir, command, stop)
+    if args.fidelity_only:
         cluster.down()
-        if isinstance(err, ClusterError):
-            _fail(str(err))
-        raise
-    if stop.signum is not None:  # a signal while the links were made: start nothing
-        cluster.down()
-        _fail(f"stopped by {signal.Signals(stop.signum).name} before the nodes started", 128 + stop.signum)
+        return
     outcome = run_on_cluster(cluster, launch, stop)
-    _say(f"{outcome.reason} ({outcome.elapsed_s:.1f} s); logs in {log_dir}")
+    below = "" if fidelity.passed else "; the figures are below fidelity"
+    _say(f"{outcome.reason} ({outcome.elapsed_s:.1f} s{below}); logs in {log_dir}")
     sys.exit(outcome.code)
 
 

@@ -23,10 +23,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from lptrain.cluster.plan import NODE_IF, ClusterPlan, Shaping
+from lptrain.cluster.plan import CONGESTION_CONTROL, NODE_IF, ClusterPlan, Shaping
 
 CAP_NET_ADMIN = 12
 ETC_NETNS = Path("/etc/netns")
+ALLOWED_CONGESTION = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 PREFIX_PATTERN = re.compile(r"^lpc(\d+)-")
 
 
@@ -67,6 +68,18 @@ def privilege_problem() -> str | None:
         "the kernel lets users make user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
         "user.max_user_namespaces > 0)"
     )
+
+
+def congestion_control(wanted: str = CONGESTION_CONTROL) -> str | None:
+    """``wanted`` where a namespace may choose it, else None: the namespaces then keep the
+    default they inherit from the host's, and cluster.txt says so. (Outside the host's own
+    namespace the kernel lets a namespace choose only what
+    ``net.ipv4.tcp_allowed_congestion_control`` lists.)"""
+    try:
+        available = ALLOWED_CONGESTION.read_text().split()
+    except OSError:
+        return None
+    return wanted if wanted in available else None
 
 
 def run_ip(argv: Sequence[str]) -> None:
@@ -230,4 +243,5 @@ class Cluster:
         """Change node ``node``'s port rate in both directions while the cluster runs."""
         n = self.plan.nodes[node]
         for shaping in (Shaping(n.namespace, NODE_IF, bits), Shaping(self.plan.switch, n.port, bits)):
-            run_ip(shaping.command())
+            for command in [shaping.clear(), *shaping.commands()]:
+                run_ip(command)
