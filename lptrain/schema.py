@@ -60,7 +60,12 @@ class LpOptions(ScheduleOptions):
 @dataclass
 class AutoOptions(CommOptions):
     tuning: Optional[str] = opt(None, "a tuning file from lptrain-bench --save-tuning (null: the simulator chooses)")
-    topology: Optional[str] = opt(None, "the simulator's model where the file has no answer (null: host; pcie on GPUs)")
+    topology: Optional[str] = opt(
+        None,
+        "the machine the simulator prices on where the file has no answer: a model (host, pcie ...), racks "
+        "declared as racks:2@1/2 (2 racks, uplinks at half a port; racks:2@1/4:interleaved, racks:0-1-0-1@1/2), "
+        "or probe (racks measured across the processes at start); null: host, pcie on GPUs",
+    )
 
 
 @dataclass

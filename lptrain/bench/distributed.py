@@ -22,6 +22,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from lptrain.auto import AutoCommunicator
 from lptrain.bench.table import Row, print_header, print_row
 from lptrain.bench.variants import DTYPES, algo_variants, parse_algos, pattern
 from lptrain.comm.algorithms import WITH_VARIANTS
@@ -218,6 +219,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                     block,
                     link.alpha_s if link else None,
                     1 / link.beta_s_per_byte if link else None,
+                    comm.chose(op, nbytes) if isinstance(comm, AutoCommunicator) else None,
                 )
                 rows.append(print_row(out, row))
     return rows

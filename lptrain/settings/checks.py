@@ -169,7 +169,7 @@ def check_comm(c, replicas: int) -> None:
     if isinstance(options, LpOptions):
         _check_lp_options(options, replicas)
     if isinstance(options, AutoOptions):
-        _check_auto_options(options)
+        _check_auto_options(options, replicas)
 
 
 def _check_schedule_options(options: ScheduleOptions, replicas: int) -> None:
@@ -206,13 +206,16 @@ def _check_lp_options(options: LpOptions, replicas: int) -> None:
     _choice("comm.options.allreduce", options.allreduce, lp.ALLREDUCE_MODES)
 
 
-def _check_auto_options(options: AutoOptions) -> None:
+def _check_auto_options(options: AutoOptions, replicas: int) -> None:
+    from lptrain.auto.probed import PROBE
     from lptrain.comm.errors import CollectiveInputError
+    from lptrain.sim.declared import check_topology
 
-    if options.topology is not None:
-        from lptrain.sim.topology import TOPOLOGIES
-
-        _choice("comm.options.topology", options.topology, list(TOPOLOGIES))
+    if options.topology not in (None, PROBE):
+        try:
+            check_topology(options.topology, replicas)
+        except ValueError as err:
+            raise _bad("comm.options.topology", options.topology, f"{err}; or {PROBE} (measured at start)") from None
     if options.tuning is not None:
         from lptrain.auto.tuning import TuningTable
 
