@@ -157,8 +157,8 @@ def _hierarchical(
     devices = parse_devices(devices)
     # nccl inside a CPU process: there is no NCCL, and ring is the schedule nearest to it
     inside = "ring" if name == "nccl" and devices[0].type == "cpu" else name
-    # the tuning file describes the processes; the executor's options are the processes' too
-    local_options = {k: v for k, v in options.items() if k not in ("tuning", *DISTRIBUTED_OPTIONS)}
+    # the tuning file and the topology describe the processes; the executor's options are the processes' too
+    local_options = {k: v for k, v in options.items() if k not in ("tuning", "topology", *DISTRIBUTED_OPTIONS)}
     local = _in_process(inside, devices, local_options)
     remote = _across(name, group, options)
     return HierarchicalCommunicator(local, remote)
