@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from lptrain.auto import AutoCommunicator
+from lptrain.auto.probed import PROBE, probed_model
 from lptrain.comm.build import (
     CONCRETE,
     DISTRIBUTED_OPTIONS,
@@ -131,13 +132,18 @@ def _across(name: str, group: Any, options: dict[str, Any]) -> Communicator:
     def build(algo: str, chosen: dict[str, Any]) -> Communicator:
         return build_across_processes(algo, held(), **{**common, **chosen})
 
+    device_type = "cpu" if dist.get_backend(group) == "gloo" else "cuda"
+    topology = options.get("topology")
+    if topology == PROBE:  # every rank builds its communicator together: they measure together
+        device = torch.device("cpu") if device_type == "cpu" else torch.device("cuda", torch.cuda.current_device())
+        topology = probed_model(group, device)
     return AutoCommunicator(
         build,
         executor="distributed",
-        device_type="cpu" if dist.get_backend(group) == "gloo" else "cuda",
+        device_type=device_type,
         world_size=dist.get_world_size(group),
         tuning=options.get("tuning"),
-        topology=options.get("topology"),
+        topology=topology,
         rank=dist.get_rank(group),
     )
 
@@ -151,8 +157,8 @@ def _hierarchical(
     devices = parse_devices(devices)
     # nccl inside a CPU process: there is no NCCL, and ring is the schedule nearest to it
     inside = "ring" if name == "nccl" and devices[0].type == "cpu" else name
-    # the tuning file describes the processes; the executor's options are the processes' too
-    local_options = {k: v for k, v in options.items() if k not in ("tuning", *DISTRIBUTED_OPTIONS)}
+    # the tuning file and the topology describe the processes; the executor's options are the processes' too
+    local_options = {k: v for k, v in options.items() if k not in ("tuning", "topology", *DISTRIBUTED_OPTIONS)}
     local = _in_process(inside, devices, local_options)
     remote = _across(name, group, options)
     return HierarchicalCommunicator(local, remote)

@@ -46,19 +46,26 @@ class ScheduleOptions(CommOptions):
     cuda_graph: str = opt(
         "auto", "replicas sharing one GPU: replay each plan as a CUDA graph: auto (if faster), on, off"
     )
+    order: Optional[list[int]] = opt(
+        None, "the ranks place by place (LP's chain, the ring), a permutation such as [0,2,1,3] (null: 0..P-1)"
+    )
 
 
 @dataclass
 class LpOptions(ScheduleOptions):
     block_size: Any = opt("auto", "pipeline block in bytes (65536, 64K, 4M) or auto: the cost model's optimum")
-    order: Optional[list[int]] = opt(None, "the chain of ranks, a permutation such as [3,2,1,0] (null: 0..P-1)")
     allreduce: str = opt("overlapped", "overlapped (reduce and broadcast pipelined together) or reduce_broadcast")
 
 
 @dataclass
 class AutoOptions(CommOptions):
     tuning: Optional[str] = opt(None, "a tuning file from lptrain-bench --save-tuning (null: the simulator chooses)")
-    topology: Optional[str] = opt(None, "the simulator's model where the file has no answer (null: host; pcie on GPUs)")
+    topology: Optional[str] = opt(
+        None,
+        "the machine the simulator prices on where the file has no answer: a model (host, pcie ...), racks "
+        "declared as racks:2@1/2 (2 racks, uplinks at half a port; racks:2@1/4:interleaved, racks:0-1-0-1@1/2), "
+        "or probe (racks measured across the processes at start); null: host, pcie on GPUs",
+    )
 
 
 @dataclass

@@ -19,6 +19,8 @@ ALGORITHMS = {
     "lp-small-blocks": ("lp", {"block_size": 12}),  # many blocks, short last block
     "lp-rb": ("lp", {"allreduce": "reduce_broadcast", "block_size": 20}),
     "lp-reversed-chain": ("lp", {"block_size": 16}),  # order filled in per P by make_comm
+    # every algorithm over racks of interleaved ranks made contiguous: evens, then odds
+    **{f"{name}-evens-first": (name, {}) for name in SCHEDULES},
 }
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
@@ -29,6 +31,8 @@ def make_comm(key: str, devices: list, **extra):
     options = dict(options, **extra)
     if key == "lp-reversed-chain":
         options["order"] = list(reversed(range(len(devices))))
+    if key.endswith("-evens-first"):
+        options["order"] = [*range(0, len(devices), 2), *range(1, len(devices), 2)]
     return build_communicator(name, devices, **options)
 
 

@@ -221,6 +221,9 @@ def main() -> None:
         found["collectives"][algo] = collectives(group, rank, world)
         found["passed"][algo] = passed_through(group, rank, world)
         found["backend"][algo] = train(args.steps, rank, group=group)
+    auto = lptrain.ddp.state(algo="auto", topology="racks:2@1/2:interleaved")
+    found["hook"]["auto"] = train(args.steps, rank, lambda m: m.register_comm_hook(auto, lptrain.ddp.hook))
+    found["auto_choice"] = auto.comm.describe("choice")
     found["refusals"] = refusals(dist.new_group(backend="lptrain_lp"))
     found["shared_state"] = shared_state(rank)
     if rank == 0:

@@ -45,6 +45,15 @@ def test_the_hook_trains_to_ddps_parameters(found, algo):
     assert drift(found["hook"][algo], found["native"]) <= reorder_bound(found), (found["world"], algo)
 
 
+def test_the_hook_with_auto_trains_to_ddps_parameters_and_says_what_it_chose(found):
+    """lptrain.ddp.state(algo="auto") on declared interleaved racks: the choice per bucket,
+    its rank order keeping each rack contiguous where there are two racks to keep."""
+    assert drift(found["hook"]["auto"], found["native"]) <= reorder_bound(found), found["world"]
+    lines = found["auto_choice"]
+    assert lines[0].startswith("machine: racks:2@1/2:interleaved model: 2 racks"), lines
+    assert len(lines) > 1 and all(line.startswith("allreduce of ") for line in lines[1:]), lines
+
+
 def test_the_hook_in_bf16_trains_as_ddps_bf16_compression_hook(found):
     """grad_dtype=bf16: the bucket travels in bf16, summed in float32 and rounded once; DDP's
     bf16_compress_hook sums in bf16. At 2 processes both round a+b once: the same bits; at 3

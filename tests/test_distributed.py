@@ -34,6 +34,12 @@ def test_small_segments_and_a_short_window_across_processes(tmp_path):
     )
 
 
+def test_every_algorithm_over_a_rank_order_across_processes(tmp_path):
+    """A permutation of the ranks (racks made contiguous): still the reference sums, every root."""
+    options = {"order": [3, 1, 0, 2], "segment_size": 64}
+    mp.spawn(workers.correctness, args=(4, str(tmp_path / "store"), list(SCHEDULES), [1, 257], options), nprocs=4)
+
+
 def test_each_step_as_one_batch_across_processes(tmp_path):
     """The step-by-step batched executor that NCCL gets, here over gloo: the reference sums."""
     options = {"segment_size": 64, "batched_steps": True}

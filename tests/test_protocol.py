@@ -153,7 +153,7 @@ def test_every_algorithm_module_has_one_shape(name):
             if p.kind is p.POSITIONAL_OR_KEYWORD
         ]
         assert positional == (["world_size", "count"] if op == "allreduce" else ["world_size", "count", "root"])
-    assert option_names(name) == list(module.OPTIONS.defaults)
+    assert option_names(name) == [*module.OPTIONS.defaults, "order"]  # every algorithm takes an order
     assert options_of(name) == ["accumulate_fp32", *option_names(name), "reduce_kernel", "cuda_graph"]
 
 
@@ -173,11 +173,11 @@ def test_every_algorithm_is_built_by_the_one_adapter_from_its_defaults(name, p):
 def test_lps_block_order_and_allreduce_are_options_like_any_other():
     builders, settled = schedule_builders("lp", 4, {"block_size": "1K", "order": (3, 2, 1, 0)})
     assert settled == {"block_size": "1K", "order": [3, 2, 1, 0], "allreduce": "overlapped"}
-    assert builders["broadcast"](4, 1000, 0, 4).algorithm == "lp(block=256)"
-    assert builders["allreduce"](4, 1000, None, 4).algorithm == "lp(block=256, overlapped)"
-    with pytest.raises(CollectiveInputError, match="'block_size' for mst's schedules; valid options: none"):
+    assert builders["broadcast"](4, 1000, 0, 4).algorithm == "lp(block=256) order=3-2-1-0"
+    assert builders["allreduce"](4, 1000, None, 4).algorithm == "lp(block=256, overlapped) order=3-2-1-0"
+    with pytest.raises(CollectiveInputError, match="'block_size' for mst's schedules; valid options: order"):
         schedule_builders("mst", 4, {"block_size": "1K"})
-    with pytest.raises(ValueError, match="permutation of 0..3"):
+    with pytest.raises(CollectiveInputError, match="lp: order must be a permutation of the ranks 0..3"):
         schedule_builders("lp", 4, {"order": [0, 0, 1, 2]})
 
 

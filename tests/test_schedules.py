@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from lptrain.comm.algorithms import MODULES, be, lp, mst, ring
+from lptrain.comm.algorithms import MODULES, WITH_VARIANTS, be, lp, mst, ring, schedule_builders
+from lptrain.comm.algorithms.order import relabel
 from lptrain.comm.schedule import Kind, Schedule, Transfer
 from lptrain.comm.verify import ScheduleError, verify
 
@@ -120,7 +122,7 @@ def test_broadcasts_never_send_into_the_root():
 def test_lp_chain_order_is_followed():
     s = lp.broadcast(4, 10, 2, block=10, order=[3, 1, 2, 0])
     assert [(t.src, t.dst) for t in s.transfers] == [(2, 0), (0, 3), (3, 1)]
-    with pytest.raises(ValueError, match="permutation of 0..3"):
+    with pytest.raises(ValueError, match="permutation of the ranks 0..3"):
         lp.broadcast(4, 10, 0, block=10, order=[0, 1, 1, 2])
     with pytest.raises(ValueError, match="valid modes: overlapped, reduce_broadcast"):
         lp.allreduce(4, 10, block=10, mode="tree")
@@ -191,3 +193,69 @@ def test_schedule_rejects_malformed_transfers():
         _sched("broadcast", 2, 4, 0, [[(0, 1, 2, 9, Kind.COPY)]])
     with pytest.raises(ValueError, match="valid ops"):
         Schedule("gather", "x", 2, 4, 0, ())
+
+
+# -- rank orders: every algorithm over a permutation of the ranks ----------------------------
+
+
+def _orders(p: int) -> dict[str, list[int]]:
+    """Reversed; evens then odds (racks of interleaved ranks made contiguous); a shuffle."""
+    shuffled = list(range(p))
+    random.Random(p).shuffle(shuffled)
+    return {
+        "reversed": list(reversed(range(p))),
+        "evens-then-odds": [*range(0, p, 2), *range(1, p, 2)],
+        "shuffled": shuffled,
+    }
+
+
+@pytest.mark.parametrize("algo", WITH_VARIANTS)
+@pytest.mark.parametrize("p", [*range(1, 18), 31, 32, 33, 64])
+def test_every_algorithm_over_any_order_is_still_its_collective(algo, p):
+    for name, order in _orders(p).items():
+        builders, settled = schedule_builders(algo, p, {"order": order, **({"block_size": 8} if "lp" in algo else {})})
+        assert settled["order"] == order, name
+        for count in sorted({1, p + 3, 23}):
+            verify(builders["allreduce"](p, count, None, 4))
+            for root in _roots(p):
+                verify(builders["reduce"](p, count, root, 4))
+                verify(builders["broadcast"](p, count, root, 4))
+
+
+@pytest.mark.parametrize("module", MODULES.values(), ids=list(MODULES))
+def test_an_order_puts_rank_order_i_in_place_i_and_roots_stay_ranks(module):
+    order = [2, 0, 3, 1]
+    keywords = {"block": 5} if module is lp else {}
+    builders, _ = schedule_builders(module.NAME, 4, {"order": order, **({"block_size": 20} if module is lp else {})})
+    place = {rank: i for i, rank in enumerate(order)}
+    for op in ("allreduce", "broadcast", "reduce"):
+        for root in [None] if op == "allreduce" else range(4):
+            ordered = builders[op](4, 50, root, 4)
+            plain = (
+                getattr(module, op)(4, 50, **keywords)
+                if root is None
+                else getattr(module, op)(4, 50, place[root], **keywords)
+            )
+            assert ordered.root == root
+            assert [(place[t.src], place[t.dst], t.start, t.stop, t.kind) for t in ordered.transfers] == [
+                (t.src, t.dst, t.start, t.stop, t.kind) for t in plain.transfers
+            ]
+
+
+def test_a_ring_over_a_rack_contiguous_order_crosses_between_racks_twice_per_step():
+    """Racks {0, 2} and {1, 3}: the natural ring crosses at every hop; evens-then-odds twice."""
+    rack = {0: 0, 2: 0, 1: 1, 3: 1}
+    for order, crossings in (([0, 1, 2, 3], 4), ([0, 2, 1, 3], 2)):
+        schedule = schedule_builders("ring", 4, {"order": order})[0]["allreduce"](4, 400, None, 4)
+        for step in schedule.steps:
+            assert sum(rack[t.src] != rack[t.dst] for t in step) == crossings
+
+
+def test_lps_own_order_and_the_generic_order_give_the_same_chain():
+    order = [3, 1, 0, 2]
+    for root in range(4):
+        own = lp.broadcast(4, 40, root, block=10, order=order)
+        built = schedule_builders("lp", 4, {"order": order, "block_size": 40})[0]["broadcast"](4, 40, root, 4)
+        assert own.transfers == built.transfers
+    own = lp.allreduce(4, 40, block=10, order=order)
+    assert own.transfers == relabel(lp.allreduce(4, 40, block=10), order).transfers

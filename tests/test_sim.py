@@ -187,3 +187,104 @@ def test_reproduce_paper_writes_figures_and_report(tmp_path):
     assert text.endswith(kept + "\n") and "STALE-PARAGRAPH" not in text  # rewritten, the measured section kept
     for png in ("time_vs_p", "bandwidth_vs_size", "models_vs_p", "alpha_sensitivity", "calibration"):
         assert (tmp_path / "figures" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- racks: an uplink rate, a placement, and rank orders priced against them ----------------------
+
+
+def test_racks_route_through_the_uplink_of_the_placement():
+    from lptrain.sim.topology import build_topology
+
+    port = 25e6
+    contiguous = build_topology("racks", 4, bandwidth=port, uplink_bandwidth=port / 2)
+    interleaved = build_topology("racks", 4, bandwidth=port, uplink_bandwidth=port / 2, placement="interleaved")
+    assert contiguous.groups == ((0, 1), (2, 3)) and interleaved.groups == ((0, 2), (1, 3))
+    assert [link.bandwidth for link in contiguous.route(0, 1)] == [port, port]
+    assert [link.bandwidth for link in contiguous.route(1, 2)] == [port, port / 2, port]
+    assert [link.bandwidth for link in interleaved.route(0, 1)] == [port, port / 2, port]
+    assert [link.bandwidth for link in interleaved.route(0, 2)] == [port, port]
+    listed = build_topology("racks", 4, placement=[1, 0, 0, 1])
+    assert listed.groups == ((1, 2), (0, 3)) and "uplinks 1 of a port" in listed.describe()
+    assert build_topology("racks", 4, racks=1).groups is None  # one rack: nothing stands out
+
+
+@pytest.mark.parametrize("placement", ["sideways", [0, 0, 2, 2], [0, 1, 0]])
+def test_a_bad_placement_is_refused_in_one_line(placement):
+    from lptrain.sim.topology import build_topology
+
+    with pytest.raises(ValueError, match="placement") as err:
+        build_topology("racks", 4, placement=placement)
+    assert "\n" not in str(err.value)
+
+
+def test_a_rack_contiguous_order_prices_interleaved_racks_as_contiguous_ones():
+    """The order, not the placement, decides what crosses the uplinks: LP's chain and the ring
+    over interleaved racks in rack order cost what they cost over contiguous racks, and in
+    the natural order they cross the thin uplink at every hop (LP) and cost more."""
+    from lptrain.sim.predict import predict, rack_orders
+    from lptrain.sim.topology import build_topology
+
+    port, size = 25e6, 1 << 20
+    contiguous = build_topology("racks", 4, bandwidth=port, uplink_bandwidth=port / 2)
+    interleaved = build_topology("racks", 4, bandwidth=port, uplink_bandwidth=port / 2, placement="interleaved")
+    orders = rack_orders(interleaved)
+    assert orders["racks"] == [0, 2, 1, 3] and orders["natural"] == [0, 1, 2, 3]
+    for algo in ("lp", "ring"):
+        base = predict(algo, "allreduce", contiguous, size).seconds
+        assert predict(algo, "allreduce", interleaved, size, order=orders["racks"]).seconds == pytest.approx(base)
+    natural = predict("lp", "allreduce", interleaved, size).seconds
+    assert natural > 1.5 * predict("lp", "allreduce", contiguous, size).seconds
+
+
+def test_thin_uplinks_favour_lp_over_the_ring_and_a_full_one_does_not():
+    """The one-port argument (LP's chain crosses each uplink once, n each way; the ring
+    2(P-1)/P n): at half a port LP's allreduce is the cheaper, at a full port the ring."""
+    from lptrain.sim.predict import predict
+    from lptrain.sim.topology import build_topology
+
+    port = 25e6
+    for p, size in ((4, 4 << 20), (8, 16 << 20)):  # big enough that LP's pipeline fills
+        thin = build_topology("racks", p, bandwidth=port, uplink_bandwidth=port / 2)
+        full = build_topology("racks", p, bandwidth=port)
+        assert predict("lp", "allreduce", thin, size).seconds < 0.9 * predict("ring", "allreduce", thin, size).seconds
+        assert predict("ring", "allreduce", full, size).seconds < predict("lp", "allreduce", full, size).seconds
+
+
+def test_rates_and_fractions_of_a_port():
+    from lptrain.sim.rates import parse_fraction, parse_rate, uplink_rate
+
+    assert parse_rate("200mbit", "--link") == 25e6 and parse_rate("1gbit", "--link") == 125e6
+    assert parse_fraction("1/2", "--uplink") == 0.5 and parse_fraction("0.25", "--uplink") == 0.25
+    assert uplink_rate("1/4", 25e6) == 6.25e6 and uplink_rate("100mbit", 25e6) == 12.5e6
+    for bad in ("fast", "200mbps", "0mbit"):
+        with pytest.raises(ValueError, match="rate such as 200mbit"):
+            parse_rate(bad, "--link")
+    for bad in ("0", "1/0", "half"):
+        with pytest.raises(ValueError, match="rate such as 100mbit or a positive fraction of a port"):
+            uplink_rate(bad, 25e6)
+
+
+def test_sim_cli_prices_racks_with_an_uplink_a_placement_and_an_order(capsys):
+    from lptrain.sim import cli
+
+    common = ["predict", "--topology", "racks", "--devices", "4", "--link", "200mbit", "--uplink", "1/2"]
+    sizes = ["-b", "1M", "-e", "1M", "--algo", "lp"]
+
+    def lp_time(*extra: str) -> float:
+        assert cli.main([*common, *extra, *sizes]) == 0
+        out = capsys.readouterr().out
+        return float(out.splitlines()[-1].split()[2])
+
+    contiguous = lp_time()
+    assert lp_time("--placement", "interleaved", "--order", "racks") == pytest.approx(contiguous)
+    assert lp_time("--placement", "0,1,0,1", "--order", "0,2,1,3") == pytest.approx(contiguous)
+    assert lp_time("--placement", "interleaved") > 1.5 * contiguous
+    for argv, message in (
+        (["predict", "--topology", "pcie", "--uplink", "1/2"], "only racks have these"),
+        ([*common, "--order", "0,1,1,2"], "--order must be natural, racks, or a permutation"),
+        ([*common, "--placement", "sideways"], "unknown placement"),
+        ([*common, "--link", "fast"], "--link must be a rate"),
+    ):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        assert message in capsys.readouterr().err

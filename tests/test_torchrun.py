@@ -29,13 +29,15 @@ def lptrain_params(run_dir: Path) -> torch.Tensor:
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["params"]
 
 
-@pytest.mark.parametrize("comm", ["lp", "ring"])
+@pytest.mark.parametrize("comm", ["lp", "ring", "auto"])
 def test_lptrain_under_torchrun_matches_distributed_data_parallel(tmp_path, comm):
+    declared = ["comm.options.topology=racks:2@1/2"] if comm == "auto" else []  # it says what it chose on them
     run = torchrun(
         2,
         "-m",
         "lptrain",
         f"comm={comm}",
+        *declared,
         "trainer.devices=cpu*1",
         *TRAIN,
         f"hydra.run.dir={tmp_path / 'lptrain'}",
@@ -43,6 +45,8 @@ def test_lptrain_under_torchrun_matches_distributed_data_parallel(tmp_path, comm
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "2 processes" in run.stdout and "replicas        identical" in run.stdout
+    if declared:
+        assert "across processes, machine: racks:2@1/2 model: 2 racks [0] [1]" in run.stdout, run.stdout[:3000]
     ddp = torchrun(
         2,
         str(HERE / "ddp_reference.py"),

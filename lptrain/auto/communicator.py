@@ -3,8 +3,11 @@
 For each (operation, message size) the first call asks the tuning file
 (``lptrain.auto.tuning``, written by ``lptrain-bench --save-tuning``); where the file has
 no answer (no tuning file, an operation it did not measure, a size outside its range) the
-simulator prices lp, lp-rb, mst, be and ring on a model of the transport and the cheapest
-wins (``lptrain.auto.simulated``). The choice is kept for later calls of the same shape
+simulator prices lp, lp-rb, mst, be and ring, each in the rank orders the machine calls
+for, on a model of the machine and the cheapest wins (``lptrain.auto.simulated``). The
+model is a shipped one (``host``; ``pcie`` on GPUs), racks declared in the configuration
+(``racks:2@1/2``, ``lptrain.sim.declared``), or racks measured across the processes at
+start (``probe``: ``lptrain.auto.probed``). The choice is kept for later calls of the same shape
 and recorded in ``decisions`` (``describe("choice")`` tells them: the trainer prints them
 and writes them to TensorBoard). The chosen communicators are built once each, by the
 ``build`` function given (the factory's), and called directly, so a call costs one
@@ -25,6 +28,8 @@ from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.protocol import Communicator, Tensors, wants
 from lptrain.comm.sizes import format_size
 from lptrain.comm.transport import LinkCost
+from lptrain.sim.declared import topology_of
+from lptrain.sim.topology import Topology
 
 
 class AutoCommunicator:
@@ -41,14 +46,24 @@ class AutoCommunicator:
         device_type: str,
         world_size: int,
         tuning: str | None = None,
-        topology: str | None = None,
+        topology: str | Topology | None = None,
         devices: tuple[torch.device, ...] | None = None,
         rank: int = 0,
     ) -> None:
         self._build = build
         self.world_size, self.rank = world_size, rank
         self.devices = devices
-        self.topology = topology or ("pcie" if device_type == "cuda" else "host")
+        topology = topology or ("pcie" if device_type == "cuda" else "host")
+        if topology == "probe":
+            raise CollectiveInputError(
+                "comm=auto: topology=probe measures the links between processes; in one process name a model "
+                "(host, pcie ...) or declare racks (racks:2@1/2)"
+            )
+        try:
+            self.model = topology if isinstance(topology, Topology) else topology_of(topology, world_size)
+        except ValueError as err:
+            raise CollectiveInputError(f"comm=auto: {err}") from None
+        self.topology = topology if isinstance(topology, str) else topology.name
         self.table = TuningTable.load(tuning) if tuning else None
         if self.table is not None:
             mismatch = self.table.fits(executor, device_type, world_size)
@@ -69,7 +84,7 @@ class AutoCommunicator:
     def choose(self, op: str, nbytes: int) -> Choice:
         """What runs ``op`` on ``nbytes`` bytes, and why."""
         choice = self.table.choose(op, nbytes) if self.table is not None else None
-        return choice or simulated_choice(op, nbytes, self.world_size, self.topology)
+        return choice or simulated_choice(op, nbytes, self.world_size, self.model)
 
     def chosen(self, op: str, nbytes: int) -> Communicator:
         """The communicator for ``op`` on ``nbytes`` bytes: chosen and built at the first ask."""
@@ -78,11 +93,17 @@ class AutoCommunicator:
         if comm is None:
             choice = self.choose(op, nbytes)
             self.decisions.append((op, nbytes, choice))
-            build_key = (choice.algo, tuple(sorted(choice.options.items())))
+            build_key = (choice.algo, tuple(sorted((k, repr(v)) for k, v in choice.options.items())))
             if build_key not in self._comms:
                 self._comms[build_key] = self._build(choice.algo, dict(choice.options))
             comm = self._chosen[key] = self._comms[build_key]
         return comm
+
+    def chose(self, op: str, nbytes: int) -> str:
+        """What runs ``op`` on ``nbytes`` bytes, every setting named (``lp block=auto
+        order=0-2-1-3``): what a benchmark's row shows beside its time."""
+        self.chosen(op, nbytes)
+        return next(c.summary for o, n, c in self.decisions if (o, n) == (op, nbytes))
 
     def prepare(self, op: str, nbytes: int) -> None:
         """Choose (once) and build the communicator for ``op`` on ``nbytes`` bytes.
@@ -106,9 +127,17 @@ class AutoCommunicator:
         self._for("allreduce", tensors, None, op).allreduce(tensors, op=op)
 
     def describe(self, topic: str | None = None) -> list[str]:
-        """One line per decision so far (``"choice"``): what was chosen for which call, from what."""
+        """What the choices are made on (the machine), then one line per decision so far
+        (``"choice"``): what was chosen for which call, from what."""
         if not wants(topic, "choice"):
             return []
-        return [
+        simulated = any(c.source == "simulated" for _, _, c in self.decisions)
+        machine = [f"machine: {self.machine()}"] if simulated else []
+        return machine + [
             f"{op} of {format_size(nbytes)}: {c.label} ({c.source}: {c.detail})" for op, nbytes, c in self.decisions
         ]
+
+    def machine(self) -> str:
+        """The model the simulator prices on, in one phrase."""
+        layout = f": {self.model.layout}" if self.model.layout else ""
+        return f"{self.topology} model{layout}"

@@ -1,27 +1,93 @@
-"""Where no tuning file answers: the schedule the simulator prices cheapest.
+"""Where no tuning file answers: the schedule, block and rank order the simulator prices cheapest.
 
 Every schedule (for an allreduce, every variant too: LP's two constructions) is priced on
-a model of the transport (``lptrain.sim``) at LP's cost-model block, and the cheapest wins.
+a model of the machine (``lptrain.sim``): a shipped model, declared racks, or the racks the
+probe measured (``lptrain.sim.declared``). Where the machine has racks, each schedule is
+priced in every order worth trying (``rack_orders``: the natural one, each rack contiguous,
+the racks interleaved), because on racks joined by thin uplinks the order decides what
+crosses them: LP's chain with its racks contiguous crosses each uplink once, the ring in
+the natural order of interleaved racks at every hop. LP is priced at its cost-model block
+and at a few fixed ones. The cheapest wins; ties go to the earlier candidate (the natural
+order, the automatic block), so a star or a single rack keeps what it ran before.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from lptrain.auto.tuning import Choice
-from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS, resolve
+from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS, option_names, resolve
+from lptrain.comm.algorithms.order import format_order
 from lptrain.comm.sizes import format_size
-from lptrain.sim.predict import predict
-from lptrain.sim.topology import build_topology
+from lptrain.sim.declared import topology_of
+from lptrain.sim.predict import lp_block_bytes, predict, rack_orders
+from lptrain.sim.topology import Topology
 
 SIMULATED = WITH_VARIANTS
+BLOCKS = (64 << 10, 256 << 10, 1 << 20)  # fixed LP blocks priced beside the cost model's
+MARGIN = 0.05  # relative: how much cheaper a later candidate must be to displace the best so far
 
 
-def simulated_choice(op: str, nbytes: int, world_size: int, topology: str) -> Choice:
-    """The cheapest schedule by the simulator on ``topology`` (LP at its cost-model block)."""
-    topo = build_topology(topology, world_size)
-    algos = SIMULATED if op == "allreduce" else SCHEDULES
-    times = {a: predict(a, op, topo, max(nbytes, 4)).seconds * 1e6 for a in algos}
-    ranked = sorted(times.items(), key=lambda kv: kv[1])
-    best = ranked[0][0]
-    detail = f"{format_size(nbytes)} {op} on the {topology} model: " + ", ".join(f"{a} {t:.0f} us" for a, t in ranked)
-    base, options = resolve(best)
+def _candidates(op: str, topology: Topology, nbytes: int) -> list[tuple[str, Any, str, list[int] | None]]:
+    """(algorithm, block or "auto", order's name, order or None) for every candidate."""
+    algos = sorted(SIMULATED if op == "allreduce" else SCHEDULES, key=lambda a: a != "ring")
+    orders = rack_orders(topology)
+    out = []
+    for algo in algos:
+        blocks: list[Any] = ["auto"]
+        if "block_size" in option_names(algo):
+            blocks += [b for b in BLOCKS if b < nbytes]
+        for name, order in orders.items():
+            for block in blocks:
+                out.append((algo, block, name, None if name == "natural" else order))
+    return out
+
+
+def simulated_choice(op: str, nbytes: int, world_size: int, topology: str | Topology) -> Choice:
+    """The cheapest (schedule, LP block, rank order) by the simulator on ``topology`` (a
+    model's name, a declaration such as ``racks:2@1/2``, or a built ``Topology``)."""
+    topo = topology if isinstance(topology, Topology) else topology_of(topology, world_size)
+    nbytes = max(nbytes, 4)
+    priced = []
+    for algo, block, order_name, order in _candidates(op, topo, nbytes):
+        seconds = predict(algo, op, topo, nbytes, block_bytes=None if block == "auto" else block, order=order).seconds
+        priced.append((seconds, algo, block, order_name, order))
+    best = priced[0]
+    for candidate in priced[1:]:
+        if candidate[0] < best[0] * (1 - MARGIN):
+            best = candidate
+    seconds, algo, block, order_name, order = best
+    base, options = resolve(algo)
+    if "block_size" in option_names(algo):
+        options["block_size"] = block
+    if order is not None:
+        options["order"] = list(order)
+    ranked = sorted(priced, key=lambda c: c[0])
+    shown = ", ".join(f"{_name(c, topo, nbytes, op)} {c[0] * 1e6:.0f} us" for c in _firsts(ranked)[:5])
+    detail = f"{format_size(nbytes)} {op} on {_model_name(topo)}: {shown}"
     return Choice(base, options, "simulated", detail)
+
+
+def _firsts(ranked: list[tuple]) -> list[tuple]:
+    """The cheapest candidate of each algorithm, cheapest first."""
+    seen, out = set(), []
+    for c in ranked:
+        if c[1] not in seen:
+            seen.add(c[1])
+            out.append(c)
+    return out
+
+
+def _name(candidate: tuple, topo: Topology, nbytes: int, op: str) -> str:
+    _, algo, block, order_name, order = candidate
+    text = algo
+    if block != "auto":
+        text += f"@{format_size(block)}"
+    elif "block_size" in option_names(algo):
+        mode = "reduce_broadcast" if algo == "lp-rb" else "overlapped"
+        text += f"@auto({format_size(lp_block_bytes(topo, nbytes, op, mode))})"
+    return text + (f" order {format_order(order)}" if order is not None else "")
+
+
+def _model_name(topo: Topology) -> str:
+    return f"the {topo.name} model" + (f" ({topo.layout})" if topo.layout else "")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lptrain.comm.algorithms import SCHEDULES, variant_of
+from lptrain.comm.algorithms.order import format_order, is_identity
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.sizes import format_size
 
@@ -43,9 +44,20 @@ class Choice:
     detail: str  # the figures the choice was made from
 
     @property
-    def label(self) -> str:
+    def summary(self) -> str:
+        """``lp block=auto order=0-2-1-3``: every setting that was chosen, for a table's row."""
         block = self.options.get("block_size")
-        return variant_of(self.algo, self.options) + (f" (block {block})" if block not in (None, "auto") else "")
+        order = self.options.get("order")
+        text = variant_of(self.algo, self.options) + (f" block={block}" if "block_size" in self.options else "")
+        return text + f" order={'natural' if order is None or is_identity(order) else format_order(order)}"
+
+    @property
+    def label(self) -> str:
+        """``lp (block 65536) order 0-2-1-3``: the algorithm, a fixed block, an order other than 0..P-1."""
+        block = self.options.get("block_size")
+        order = self.options.get("order")
+        text = variant_of(self.algo, self.options) + (f" (block {block})" if block not in (None, "auto") else "")
+        return text + (f" order {format_order(order)}" if order is not None and not is_identity(order) else "")
 
 
 @dataclass

@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tuning", metavar="FILE", help="the tuning file --algo auto reads (default: the simulator picks)")
     p.add_argument(
+        "--topology",
+        help="the machine --algo auto prices on: a model (host, pcie ...), racks such as racks:2@1/2, or probe "
+        "(measured across processes at start)",
+    )
+    p.add_argument(
         "--reduce-kernel",
         default=None,
         help="CUDA, one process: how lp/mst/be/ring add another GPU's blocks: auto, peer, staged, or a list "

@@ -22,12 +22,13 @@ import time
 import torch
 import torch.distributed as dist
 
+from lptrain.auto import AutoCommunicator
 from lptrain.bench.table import Row, print_header, print_row
 from lptrain.bench.variants import DTYPES, algo_variants, parse_algos, pattern
 from lptrain.comm.algorithms import WITH_VARIANTS
 from lptrain.comm.measure import OPS, bus_factor, collective_call
 from lptrain.comm.sizes import message_sizes
-from lptrain.communicators import NAMES, build_communicator
+from lptrain.communicators import NAMES, Communicator, build_communicator
 from lptrain.train.launch import join_default_group, local_rank
 
 SCHEDULES = (*WITH_VARIANTS, "auto")  # what runs as lptrain's schedules across processes
@@ -138,6 +139,20 @@ def join_process_group(timeout_s: float) -> None:
     join_default_group(device, datetime.timedelta(seconds=timeout_s))
 
 
+def _say_what_was_measured(comms: dict[str, Communicator]) -> None:
+    """The transport as the schedules measured it, and the machine auto prices on."""
+    links = {a: comm.link for a, comm in comms.items() if comm.link is not None}
+    if links:
+        link = next(iter(links.values()))
+        print(
+            f"# the transport as measured: {link.describe()}; segment_size=auto and lp's block_size=auto "
+            f"follow it ({', '.join(links)})"
+        )
+    for a, comm in comms.items():
+        if isinstance(comm, AutoCommunicator):
+            print(f"# {a} prices on the {comm.machine()}")
+
+
 def run_distributed(args: argparse.Namespace) -> list[Row]:
     if launched_by_mpirun():
         _join_from_mpirun()
@@ -163,13 +178,8 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
         elif rank == 0:
             print("# mpi: skipped: needs CPU tensors, mpi4py, and a launch by mpirun (mpirun -np N lptrain-bench ...)")
     comms = {a: _build(a, args) for a in algos}
-    links = {a: comm.link for a, comm in comms.items() if comm.link is not None}
-    if links and rank == 0 and not args.quiet:
-        link = next(iter(links.values()))
-        print(
-            f"# the transport as measured: {link.describe()}; segment_size=auto and lp's block_size=auto "
-            f"follow it ({', '.join(links)})"
-        )
+    if rank == 0 and not args.quiet:
+        _say_what_was_measured(comms)
     label = {a: (backend if a == "native" else a) for a in algos}
     ops = list(OPS) if args.op == "all" else [args.op]
     out = sys.stdout if rank == 0 and not args.quiet else None
@@ -218,6 +228,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                     block,
                     link.alpha_s if link else None,
                     1 / link.beta_s_per_byte if link else None,
+                    comm.chose(op, nbytes) if isinstance(comm, AutoCommunicator) else None,
                 )
                 rows.append(print_row(out, row))
     return rows

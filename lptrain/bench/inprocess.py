@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lptrain.auto import AutoCommunicator
 from lptrain.bench.table import Row, print_header, print_row
 from lptrain.bench.variants import DTYPES, algo_variants, parse_algos, pattern
 from lptrain.comm import BackendUnavailableError, CollectiveInputError, Communicator, ScheduleCommunicator
@@ -161,5 +162,8 @@ def run(args: argparse.Namespace) -> list[Row]:
                 moved = c.moved_bytes / sec / 1e9 if c.moved_bytes is not None else None
                 vs = moved / mem_bw if moved is not None and mem_bw > 0 else None
                 row = Row(op, nbytes, count, args.dtype, c.algo, p, sec * 1e6, algbw, busbw, moved, vs, c.wrong)
+                auto = comms.get(c.algo)
+                if isinstance(auto, AutoCommunicator):
+                    row.chose = auto.chose(op, nbytes)
                 rows.append(print_row(out, row))
     return rows

@@ -32,6 +32,7 @@ class Row:
     block: int | None = None  # lp's block in bytes
     link_alpha_s: float | None = None  # the transport as measured (segments and lp's blocks follow it)
     link_bytes_per_s: float | None = None
+    chose: str | None = None  # auto: what it ran (algorithm, block, order)
 
 
 def print_header(
@@ -67,7 +68,8 @@ def print_row(out, row: Row) -> Row:
         wrong = f"{row.wrong:6d}" if row.wrong is not None else f"{'-':>6}"
         print(
             f" {format_size(row.size):>9} {row.count:>11} {row.dtype:>8} {row.algo:>7} {row.time_us:11.1f}"
-            f" {_bandwidth(row.algbw)} {_bandwidth(row.busbw)} {moved} {vs} {wrong}",
+            f" {_bandwidth(row.algbw)} {_bandwidth(row.busbw)} {moved} {vs} {wrong}"
+            + (f"  {row.algo}: {row.chose}" if row.chose else ""),
             file=out,
             flush=True,
         )

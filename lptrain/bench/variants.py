@@ -58,7 +58,8 @@ def algo_variants(wanted: list[str], args) -> dict[str, tuple[str, dict]]:
                 label = algo if len(blocks) == 1 else f"{algo}@{block}"
                 variants[label] = ("lp", {"block_size": block, "allreduce": args.lp_allreduce, **preset})
         elif algo == "auto":
-            variants[algo] = ("auto", {"tuning": args.tuning} if getattr(args, "tuning", None) else {})
+            chosen_from = {k: getattr(args, k, None) for k in ("tuning", "topology")}
+            variants[algo] = ("auto", {k: v for k, v in chosen_from.items() if v})
         else:
             variants[algo] = (algo, {})
     return _with_reduce_kernels(variants, getattr(args, "reduce_kernel", None))

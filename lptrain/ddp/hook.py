@@ -30,7 +30,7 @@ from lptrain.communicators import build_communicator
 from lptrain.ddp.worker import OrderedWorker, SideStreams
 
 GRAD_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-HOOK_ALGORITHMS = (*SCHEDULES, "nccl")
+HOOK_ALGORITHMS = (*SCHEDULES, "nccl", "auto")
 
 
 class LPHookState:
@@ -87,9 +87,11 @@ class LPHookState:
 
 def state(algo: str = "lp", **options: Any) -> LPHookState:
     """The state to register with ``hook``: ``algo`` (lp, mst, be, ring; nccl: the backend's
-    own allreduce), ``process_group`` (default: the default group), ``grad_dtype`` (fp32,
-    bf16, fp16), ``timeout_s``, ``check_desync``, and the algorithm's own options as in
-    ``build_communicator`` (``block_size``, ``segment_size``, ``window`` ...)."""
+    own allreduce; auto: chosen per bucket size, with ``topology`` a model, declared racks
+    such as ``racks:2@1/2`` or ``probe``, as ``comm=auto``), ``process_group`` (default: the
+    default group), ``grad_dtype`` (fp32, bf16, fp16), ``timeout_s``, ``check_desync``, and
+    the algorithm's own options as in ``build_communicator`` (``block_size``, ``segment_size``,
+    ``window`` ...)."""
     return LPHookState(algo, **options)
 
 

@@ -165,19 +165,29 @@ def check_comm(c, replicas: int) -> None:
     _choice("comm.grad_dtype", c.grad_dtype, FLOAT_TYPES)
     options = c.options
     if isinstance(options, ScheduleOptions):
-        _check_schedule_options(options)
+        _check_schedule_options(options, replicas)
     if isinstance(options, LpOptions):
         _check_lp_options(options, replicas)
     if isinstance(options, AutoOptions):
-        _check_auto_options(options)
+        _check_auto_options(options, replicas)
 
 
-def _check_schedule_options(options: ScheduleOptions) -> None:
+def _check_schedule_options(options: ScheduleOptions, replicas: int) -> None:
+    from lptrain.comm.algorithms.order import check_order
     from lptrain.comm.cuda_graph import CUDA_GRAPH_MODES
     from lptrain.comm.peer_kernel import REDUCE_KERNELS
 
     _choice("comm.options.reduce_kernel", options.reduce_kernel, REDUCE_KERNELS)
     _choice("comm.options.cuda_graph", options.cuda_graph, CUDA_GRAPH_MODES)
+    if options.order is not None:
+        try:
+            check_order(list(options.order), replicas)
+        except ValueError:
+            raise _bad(
+                "comm.options.order",
+                list(options.order),
+                f"use a permutation of the {replicas} ranks 0..{replicas - 1}, or null",
+            ) from None
 
 
 def _check_lp_options(options: LpOptions, replicas: int) -> None:
@@ -194,24 +204,18 @@ def _check_lp_options(options: LpOptions, replicas: int) -> None:
                 "comm.options.block_size", options.block_size, "use a size in bytes (65536, 64K, 4M) or auto"
             ) from None
     _choice("comm.options.allreduce", options.allreduce, lp.ALLREDUCE_MODES)
-    if options.order is not None:
-        try:
-            lp.check_order(list(options.order), replicas)
-        except ValueError:
-            raise _bad(
-                "comm.options.order",
-                list(options.order),
-                f"use a permutation of the {replicas} ranks 0..{replicas - 1}, or null",
-            ) from None
 
 
-def _check_auto_options(options: AutoOptions) -> None:
+def _check_auto_options(options: AutoOptions, replicas: int) -> None:
+    from lptrain.auto.probed import PROBE
     from lptrain.comm.errors import CollectiveInputError
+    from lptrain.sim.declared import check_topology
 
-    if options.topology is not None:
-        from lptrain.sim.topology import TOPOLOGIES
-
-        _choice("comm.options.topology", options.topology, list(TOPOLOGIES))
+    if options.topology not in (None, PROBE):
+        try:
+            check_topology(options.topology, replicas)
+        except ValueError as err:
+            raise _bad("comm.options.topology", options.topology, f"{err}; or {PROBE} (measured at start)") from None
     if options.tuning is not None:
         from lptrain.auto.tuning import TuningTable
 

@@ -1,6 +1,7 @@
 """``lptrain-sim``: predict the collectives at any scale, or calibrate the model here.
 
 lptrain-sim predict --topology pcie --devices 16 --op allreduce -b 1M -e 1G -f 4
+lptrain-sim predict --topology racks --devices 8 --link 200mbit --uplink 1/2 --placement interleaved --order racks
 lptrain-sim calibrate --devices 4 -b 64K -e 64M
 """
 
@@ -11,11 +12,13 @@ import json
 import sys
 from collections.abc import Sequence
 
+from lptrain.comm.algorithms.order import check_order, format_order, is_identity
 from lptrain.comm.measure import OPS, bus_factor
 from lptrain.comm.sizes import format_size, message_sizes, parse_size, parse_size_range
 from lptrain.sim.calibrate import compare, fit, measure
-from lptrain.sim.predict import ALGOS, predict
-from lptrain.sim.topology import TOPOLOGIES, build_topology
+from lptrain.sim.predict import ALGOS, predict, rack_orders
+from lptrain.sim.rates import parse_rate, uplink_rate
+from lptrain.sim.topology import PLACEMENTS, TOPOLOGIES, Topology, build_topology
 
 
 def _algos(text: str) -> list[str]:
@@ -26,16 +29,64 @@ def _algos(text: str) -> list[str]:
     return algos
 
 
+def _topology(args: argparse.Namespace) -> Topology:
+    """The machine ``--topology`` names, with ``--link``, and for racks ``--racks``,
+    ``--uplink`` and ``--placement``."""
+    params: dict = {"per_switch": args.per_switch} if args.topology in ("pcie", "nodes") else {}
+    if args.link is not None:
+        params["bandwidth"] = parse_rate(args.link, "--link")
+    racks_only = {"--racks": args.racks, "--uplink": args.uplink, "--placement": args.placement}
+    if args.topology != "racks":
+        given = [flag for flag, value in racks_only.items() if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: only racks have these; use them with --topology racks")
+        return build_topology(args.topology, args.devices, **params)
+    params["racks"] = args.racks or 2
+    if args.uplink is not None:
+        port = params.get("bandwidth") or build_topology("racks", 2).route(0, 1)[0].bandwidth
+        params["uplink_bandwidth"] = uplink_rate(args.uplink, port)
+    placement = args.placement or "contiguous"
+    if placement not in PLACEMENTS:
+        placement = [int(r) for r in placement.split(",")] if placement.replace(",", "").isdigit() else placement
+    params["placement"] = placement
+    return build_topology("racks", args.devices, **params)
+
+
+def _order(text: str | None, topo: Topology) -> list[int] | None:
+    """``--order``: natural (0..P-1), racks (each rack contiguous) or a list such as 0,2,1,3."""
+    if text is None or text == "natural":
+        return None
+    try:
+        order = (
+            rack_orders(topo).get("racks")
+            if text == "racks"
+            else check_order([int(r) for r in text.split(",")], topo.world_size)
+        )
+    except ValueError:
+        raise ValueError(
+            f"--order must be natural, racks, or a permutation of 0..{topo.world_size - 1} such as "
+            f"{','.join(map(str, reversed(range(topo.world_size))))}, got {text!r}"
+        ) from None
+    return None if order is None or is_identity(order) else order
+
+
+def _gbps(value: float) -> str:
+    """GB/s in 8 characters: two decimals, or three significant digits below 0.1 (slow links)."""
+    return f"{value:8.2f}" if value >= 0.1 or value == 0 else f"{value:8.3g}"
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
-    params = {"per_switch": args.per_switch} if args.topology in ("pcie", "nodes") else {}
-    topo = build_topology(args.topology, args.devices, **params)
+    topo = _topology(args)
+    order = _order(args.order, topo)
     block = None if args.lp_block == "auto" else parse_size(args.lp_block, "--lp-block")
-    print(f"# lptrain-sim {args.op} on {topo.describe()}")
+    print(
+        f"# lptrain-sim {args.op} on {topo.describe()}" + (f"; ranks in order {format_order(order)}" if order else "")
+    )
     print(f"#{'size':>9} {'algo':>6} {'time(us)':>12} {'algbw':>8} {'busbw':>8}  (GB/s, predicted)")
     rows = []
     for size in message_sizes(args.minbytes, args.maxbytes, args.stepfactor):
         for algo in _algos(args.algo):
-            sec = predict(algo, args.op, topo, size, block_bytes=block).seconds
+            sec = predict(algo, args.op, topo, size, block_bytes=block, order=order).seconds
             algbw = size / sec / 1e9 if sec else float("inf")
             rows.append(
                 {
@@ -46,7 +97,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                     "busbw": algbw * bus_factor(args.op, args.devices),
                 }
             )
-            print(f" {format_size(size):>9} {algo:>6} {sec * 1e6:12.1f} {algbw:8.2f} {rows[-1]['busbw']:8.2f}")
+            print(f" {format_size(size):>9} {algo:>6} {sec * 1e6:12.1f} {_gbps(algbw)} {_gbps(rows[-1]['busbw'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
@@ -87,6 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--op", default="allreduce", choices=list(OPS))
     p.add_argument("--algo", default=",".join(ALGOS), help=f"comma-separated, of {', '.join(ALGOS)}")
     p.add_argument("--lp-block", default="auto")
+    p.add_argument("--link", help="each port's rate in tc's notation, e.g. 200mbit (default: the topology's own)")
+    p.add_argument("--racks", type=int, help="racks: how many (default 2)")
+    p.add_argument("--uplink", help="racks: each uplink's rate (100mbit) or a fraction of a port (0.5, 1/2)")
+    p.add_argument(
+        "--placement", help="racks: contiguous (default), interleaved, or each rank's rack as a list (0,1,0,1)"
+    )
+    p.add_argument(
+        "--order", help="the ranks place by place: natural (default), racks (each rack contiguous), or 0,2,1,3"
+    )
     c = sub.add_parser("calibrate", help="fit the host model to runs measured here, show predicted against measured")
     c.add_argument("--devices", type=int, default=4)
     c.add_argument("--trials", type=int, default=3)

@@ -19,14 +19,16 @@ Shipped machines (``TOPOLOGIES``):
 * ``nvlink``: an NVLink-style full mesh: every pair of GPUs has its own link.
 * ``nodes``: several nodes of GPUs under PCIe switches, joined through one network port
   per node to a network switch.
-* ``racks``: one port per device in racks joined by uplinks (``lptrain-cluster --layout racks``).
+* ``racks``: one port per device in racks joined by uplinks (``lptrain-cluster --layout racks``):
+  a rate for the uplinks and a placement (which rank is in which rack: consecutive ranks,
+  interleaved ones, or any list), so that a rank order can be priced against the racks.
 * ``host``: CPU "devices" in one process: one memory system does every transfer, one
   after the other (``serial``), as the in-process CPU executor does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -54,6 +56,10 @@ class Topology:
     router: Callable[[int, int], tuple[Link, ...]]
     serial: bool = False
     call_overhead: float = 0.0  # once per collective call (argument checks, planning)
+    # Ranks that share a switch behind a thinner link (racks), each group in rank order; None
+    # where no group stands out. What a rank order keeps together (lptrain.auto).
+    groups: tuple[tuple[int, ...], ...] | None = None
+    layout: str = ""  # one phrase for describe: the racks and their uplinks
     _cache: dict[tuple[int, int], tuple[Link, ...]] = field(default_factory=dict, repr=False)
 
     def route(self, src: int, dst: int) -> tuple[Link, ...]:
@@ -71,6 +77,7 @@ class Topology:
             + (" ".join(f"{link.name}({link.bandwidth / 1e9:g} GB/s)" for link in sample) or "none")
             + f"; message overhead {self.overhead * 1e6:g} us, reduction {self.gamma * 1e12:.2f} ps/B"
             + (", serial" if self.serial else "")
+            + (f"; {self.layout}" if self.layout else "")
         )
 
 
@@ -226,6 +233,28 @@ def nodes(
     return Topology("nodes", p, overhead, gamma, route)
 
 
+PLACEMENTS = ("contiguous", "interleaved")
+
+
+def rack_placement(p: int, racks: int, placement: str | Sequence[int] = "contiguous") -> tuple[int, ...]:
+    """The rack of every rank: ``contiguous`` (consecutive ranks, as evenly as they divide,
+    rack 0 the first: lptrain-cluster's default), ``interleaved`` (rank ``r`` in rack
+    ``r % racks``), or a list naming each rank's rack."""
+    if placement == "contiguous":
+        return tuple(a * racks // p for a in range(p))
+    if placement == "interleaved":
+        return tuple(a % racks for a in range(p))
+    if isinstance(placement, str):
+        raise ValueError(f"unknown placement {placement!r}; use {' or '.join(PLACEMENTS)}, or a rack per rank")
+    rack_of = tuple(int(r) for r in placement)
+    if len(rack_of) != p or sorted(set(rack_of)) != list(range(max(rack_of, default=-1) + 1)):
+        raise ValueError(
+            f"a placement names the rack of each of the {p} ranks, racks numbered from 0 with none empty; "
+            f"got {list(placement)}"
+        )
+    return rack_of
+
+
 def racks(
     p: int,
     racks: int = 2,
@@ -234,28 +263,33 @@ def racks(
     latency: float = NETWORK_LATENCY,
     overhead: float = GPU_OVERHEAD,
     gamma: float = GPU_GAMMA,
+    placement: str | Sequence[int] = "contiguous",
 ) -> Topology:
-    """One port per device (``oneport``), the devices split into racks of consecutive ranks,
-    every rack joined to rack 0 by an uplink of ``uplink_bandwidth`` each way: the layout of
+    """One port per device (``oneport``), the devices in racks, every rack joined to rack 0 by
+    an uplink of ``uplink_bandwidth`` each way (default: a port's): the layout of
     ``lptrain-cluster --layout racks`` (traffic between two racks other than 0 crosses both
-    of their uplinks)."""
+    of their uplinks). ``placement`` says which rank is in which rack (``rack_placement``;
+    with a list, ``racks`` follows from it)."""
+    rack_of = rack_placement(p, racks, placement)
+    count = max(rack_of, default=0) + 1
+    uplink = uplink_bandwidth or bandwidth
     link = _Links(bandwidth, latency)
 
-    def rack(a: int) -> int:
-        return a * racks // p
-
     def route(a: int, b: int) -> tuple[Link, ...]:
-        ra, rb = rack(a), rack(b)
+        ra, rb = rack_of[a], rack_of[b]
         hops: list[Link] = [link(f"{a}.out")]
         if ra != rb:
             if ra != 0:
-                hops.append(link(f"rack{ra}->rack0", uplink_bandwidth or bandwidth, 0.0))
+                hops.append(link(f"rack{ra}->rack0", uplink, 0.0))
             if rb != 0:
-                hops.append(link(f"rack0->rack{rb}", uplink_bandwidth or bandwidth, 0.0))
+                hops.append(link(f"rack0->rack{rb}", uplink, 0.0))
         hops.append(link(f"{b}.in", latency=0.0))
         return tuple(hops)
 
-    return Topology("racks", p, overhead, gamma, route)
+    groups = tuple(tuple(a for a in range(p) if rack_of[a] == r) for r in range(count))
+    layout = f"{count} racks " + " ".join("[" + " ".join(map(str, g)) + "]" for g in groups)
+    layout += f", uplinks {uplink / bandwidth:.3g} of a port"
+    return Topology("racks", p, overhead, gamma, route, groups=groups if count > 1 else None, layout=layout)
 
 
 def host(

@@ -13,6 +13,11 @@ the DDP hook and backend, ``comm=auto`` and the simulator take their names and t
 builders from here, and the tests verify every module in it, so adding an algorithm is a
 module and a line here. ``VARIANTS`` names an algorithm run with preset options (lp-rb is
 LP's reduce-then-broadcast allreduce), resolved here alone (``resolve``, ``variant_of``).
+
+Besides its own options every algorithm takes ``order`` (``GENERIC_OPTIONS``): the ranks
+place by place, so that a ring or a chain can keep each rack of a machine contiguous. The
+adapter builds the schedule over places and relabels it (``lptrain.comm.algorithms.order``),
+so no algorithm has a line of its own for it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 from lptrain.comm.algorithms import be, lp, mst, ring
 from lptrain.comm.algorithms.options import HOST, Sizing
+from lptrain.comm.algorithms.order import check_order, is_identity, relabel
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.schedule import Schedule
 
@@ -33,6 +39,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"lp-rb": ("lp", {"allreduce":
 # Each schedule followed by its variants: lp, lp-rb, mst, be, ring.
 WITH_VARIANTS = tuple(n for s in SCHEDULES for n in (s, *(v for v, (base, _) in VARIANTS.items() if base == s)))
 OPS = ("broadcast", "reduce", "allreduce")
+# The options every algorithm takes, whatever its module declares: the adapter applies them.
+GENERIC_OPTIONS: dict[str, Any] = {"order": None}
 
 # (world_size, count, root, itemsize) -> the schedule of one message; root is None for allreduce
 Builder = Callable[[int, int, "int | None", int], Schedule]
@@ -60,8 +68,9 @@ def module_of(algorithm: str) -> ModuleType:
 
 
 def option_names(algorithm: str) -> list[str]:
-    """The options ``algorithm``'s schedules take (LP: block_size, order, allreduce)."""
-    return list(module_of(algorithm).OPTIONS.defaults)
+    """The options ``algorithm``'s schedules take: its module's (LP: block_size, allreduce)
+    and the generic ones (order)."""
+    return [*module_of(algorithm).OPTIONS.defaults, *GENERIC_OPTIONS]
 
 
 def issue_orders(algorithm: str) -> dict[str, str]:
@@ -83,13 +92,18 @@ def check_options(algorithm: str, world_size: int, options: Mapping[str, Any] | 
     base, preset = resolve(algorithm)
     spec = MODULES[base].OPTIONS
     given = {**preset, **(options or {})}
-    unknown = sorted(set(given) - set(spec.defaults))
+    unknown = sorted(set(given) - set(spec.defaults) - set(GENERIC_OPTIONS))
     if unknown:
-        valid = ", ".join(spec.defaults) or "none"
+        valid = ", ".join([*spec.defaults, *GENERIC_OPTIONS])
         raise CollectiveInputError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for {base}'s schedules; valid options: {valid}"
         )
-    return spec.check({**spec.defaults, **given}, world_size)
+    own = {k: v for k, v in given.items() if k not in GENERIC_OPTIONS}
+    try:
+        order = check_order(given.get("order"), world_size)
+    except ValueError as err:
+        raise CollectiveInputError(f"{base}: {err}") from None
+    return {**spec.check({**spec.defaults, **own}, world_size), "order": order}
 
 
 def follows_sizing(algorithm: str, options: dict[str, Any]) -> bool:
@@ -109,15 +123,22 @@ def schedule_builders(
     settled = check_options(algorithm, world_size, options)
     module = module_of(algorithm)
     spec = module.OPTIONS
+    own = {k: v for k, v in settled.items() if k not in GENERIC_OPTIONS}
+    order = settled["order"]
+    natural = is_identity(order)
 
     def builder(op: str) -> Builder:
         function = getattr(module, op)
 
         def build(p: int, count: int, root: int | None, itemsize: int) -> Schedule:
-            keywords = spec.keywords(op, settled, p, count * itemsize, itemsize, sizing)
+            if p != world_size:
+                raise CollectiveInputError(f"{algorithm}'s builders are for {world_size} ranks, asked for {p}")
+            keywords = spec.keywords(op, own, p, count * itemsize, itemsize, sizing)
             if op == "allreduce":
-                return function(p, count, **keywords)
-            return function(p, count, root, **keywords)
+                schedule = function(p, count, **keywords)
+            else:  # the root is a rank: the algorithm's root is its place
+                schedule = function(p, count, root if natural else order.index(root), **keywords)
+            return schedule if natural else relabel(schedule, order)
 
         return build
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lptrain.comm.algorithms.options import PCIE, AlgorithmOptions, Sizing
+from lptrain.comm.algorithms.order import check_order
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.schedule import Kind, Schedule, ScheduleBuilder, block_bounds
 from lptrain.comm.sizes import parse_size
@@ -71,11 +72,11 @@ def optimal_block_bytes(
 
 class LpOptions(AlgorithmOptions):
     """``block_size``: bytes per block (an int, ``"4M"``, or ``"auto"``: the cost model's
-    optimum for the link figures, see ``optimal_block_bytes``); ``order``: the chain, a
-    permutation of the ranks (None: ``0..P-1``); ``allreduce``: ``"overlapped"`` or
-    ``"reduce_broadcast"``, the paper's two constructions."""
+    optimum for the link figures, see ``optimal_block_bytes``); ``allreduce``:
+    ``"overlapped"`` or ``"reduce_broadcast"``, the paper's two constructions. The chain is
+    the ``order`` every algorithm takes (``lptrain.comm.algorithms.order``)."""
 
-    defaults = {"block_size": "auto", "order": None, "allreduce": "overlapped"}
+    defaults = {"block_size": "auto", "allreduce": "overlapped"}
 
     def check(self, options: dict[str, Any], world_size: int) -> dict[str, Any]:
         mode = options["allreduce"]
@@ -84,7 +85,7 @@ class LpOptions(AlgorithmOptions):
         block_size = options["block_size"]
         if block_size != "auto" and parse_size(block_size, "lp block_size") < 1:
             raise CollectiveInputError(f"lp block_size must be at least 1 byte, got {block_size!r}")
-        return {**options, "order": check_order(options["order"], world_size)}
+        return dict(options)
 
     def follows_sizing(self, options: dict[str, Any]) -> bool:
         return options["block_size"] == "auto"
@@ -97,7 +98,7 @@ class LpOptions(AlgorithmOptions):
             block_bytes = auto_block_bytes(op, world_size, nbytes, options["allreduce"], sizing)
         else:
             block_bytes = parse_size(block_size, "lp block_size")
-        keywords = {"block": max(1, block_bytes // itemsize), "order": options["order"]}
+        keywords = {"block": max(1, block_bytes // itemsize)}
         return {**keywords, "mode": options["allreduce"]} if op == "allreduce" else keywords
 
 
@@ -110,18 +111,6 @@ def auto_block_bytes(op: str, world_size: int, nbytes: int, mode: str, sizing: S
     fill = pipeline_fill(op, world_size, mode)
     block = optimal_block_bytes(nbytes, world_size, sizing.alpha_s, sizing.beta_s_per_byte, fill)
     return block if sizing.min_block is None else max(block, sizing.min_block(nbytes))
-
-
-def check_order(order: Sequence[int] | None, world_size: int) -> list[int]:
-    """The chain order as a list, defaulting to ``0, 1, ..., P-1``."""
-    if order is None:
-        return list(range(world_size))
-    chain = [int(r) for r in order]
-    if sorted(chain) != list(range(world_size)):
-        raise ValueError(
-            f"lp order must be a permutation of 0..{world_size - 1} (one entry per rank), got {list(order)}"
-        )
-    return chain
 
 
 def _rotate_to(chain: list[int], rank: int) -> list[int]:
