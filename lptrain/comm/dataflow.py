@@ -32,8 +32,10 @@ a segment whenever its data is in (LP's pipeline); ``ports`` first waits until t
 rank's sends of earlier steps to other peers are done (a tree's parent serves one child
 at a time, where all at once would share its port); ``steps`` also applies every receive
 of earlier steps first (BE, whose steps each exchange with a new partner and add what the
-last one brought). What each order waits for is stated once, in ``lptrain.comm.program``
-(``IssuePolicy``), which the simulator (``lptrain.sim.dataflow``) asks too.
+last one brought), and posts a step's receives only then, so that no partner's bytes of
+the next step come into the port while the last step's still do. What each order waits
+for is stated once, in ``lptrain.comm.program`` (``IssuePolicy``), which the simulator
+(``lptrain.sim.dataflow``) asks too.
 
 Messages between two ranks match in the order they are posted, so sends are issued and
 receives posted in program order; the look-ahead stops at the first receive it may not
@@ -287,7 +289,10 @@ class Dataflow:
             self.apply_oldest()
 
     def post_late(self, cursor: int, a: Action) -> None:
-        """Post a receive the look-ahead could not; in place once nothing earlier touches it."""
+        """Post a receive the look-ahead could not; in place once nothing earlier touches it,
+        and once the issue policy lets it be posted (``steps``: earlier steps' receives in)."""
+        while not self.policy.may_post(a, (p.action for p in self.posted)):
+            self.apply_oldest()
         if a.in_place:
             self.apply_through(a)
             self.finish_overlapping_sends(a)
@@ -310,6 +315,8 @@ class Dataflow:
         while self.lookahead < len(self.program) and len(self.posted) < self.window:
             a = self.program[self.lookahead]
             if not a.send:
+                if not self.policy.may_post(a, (p.action for p in self.posted)):
+                    return  # under ``steps``, not before the earlier steps' receives are in
                 self.post_receive(a, a.in_place and self.can_post_in_place(a, cursor + 1))
             self.lookahead += 1
 

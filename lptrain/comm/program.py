@@ -15,7 +15,13 @@ may overlap:
 * ``ports``: this rank's sends of earlier steps to other peers are done first (a tree's
   parent serves one child at a time, where all at once would share its port);
 * ``steps``: also every receive of earlier steps is in first (BE, whose steps each
-  exchange with a new partner and add what the last one brought).
+  exchange with a new partner and add what the last one brought); and a receive is
+  posted only once the receives of earlier steps are in. The transport moves a message
+  only once its receive is posted (gloo waits for the receiver's notice), so this keeps a
+  partner that reached the next step early from sending into this rank's port while the
+  last step's bytes still come in: the two would share the port, and the step that
+  finishes last sets everyone's pace (``lptrain.sim.dataflow.run_dataflow`` counts such
+  messages; docs/simulator.md shows BE's).
 """
 
 from __future__ import annotations
@@ -97,6 +103,12 @@ class IssuePolicy:
     name: str
     waits_for_sends: bool  # earlier steps' sends to other peers
     waits_for_receives: bool  # earlier steps' receives
+    posts_after_receives: bool = False  # a receive is posted only once earlier steps' receives are in
+
+    def may_post(self, receive: Action, pending: Iterable[Action]) -> bool:
+        """Whether ``receive`` may be posted now, with the ``pending`` receives (posted, not yet
+        in and applied): under ``steps``, only once no receive of an earlier step is pending."""
+        return not self.posts_after_receives or all(r.step >= receive.step for r in pending)
 
     def applies_first(self, action: Action, unapplied: Iterable[Action]) -> bool:
         """Whether one of the ``unapplied`` receives comes before ``action`` and wrote elements
@@ -132,7 +144,7 @@ class IssuePolicy:
 ISSUE_POLICIES: dict[str, IssuePolicy] = {
     "eager": IssuePolicy("eager", waits_for_sends=False, waits_for_receives=False),
     "ports": IssuePolicy("ports", waits_for_sends=True, waits_for_receives=False),
-    "steps": IssuePolicy("steps", waits_for_sends=True, waits_for_receives=True),
+    "steps": IssuePolicy("steps", waits_for_sends=True, waits_for_receives=True, posts_after_receives=True),
 }
 ISSUE_ORDERS = tuple(ISSUE_POLICIES)  # the names an algorithm's ISSUE_ORDER may use
 

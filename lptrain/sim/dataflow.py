@@ -13,7 +13,11 @@ each rank's program (``rank_program``, the executor's own) in simulated time:
   and waits for what the algorithm's issue order asks (earlier steps' sends to other
   peers for ``ports``, and every earlier step's receive too for ``steps``): it asks the
   executor's own ``IssuePolicy`` (``lptrain.comm.program``), so the two cannot drift;
-* a message flows once it is sent (its receive was posted ahead) and the messages sent
+* receives are posted ahead in program order, as the executor's look-ahead posts them: at
+  most ``window`` not yet applied, and no further than the issue order allows (under
+  ``steps``, a receive only once the receives of earlier steps are in);
+* a message flows once it is sent and its receive is posted (the transport waits for the
+  receiver's notice), and the messages sent
   before it to the same peer have gone (one connection per pair, first in first out),
   over the links of its route, sharing each link with the other pairs' messages crossing
   it at the same time (max-min fair shares, as TCP flows on a shaped port settle to), and
@@ -27,11 +31,14 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lptrain.comm.program import Action, IssuePolicy, issue_policy, rank_program
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.topology import Link, Topology
+
+WINDOW = 16  # receives posted ahead: the executor's default (lptrain.comm.distributed.DEFAULT_WINDOW)
 
 Key = tuple[int, int, int]  # a message: (src, dst, n-th message of the pair)
 
@@ -73,6 +80,7 @@ class _Rank:
         self.rank = rank
         self.program = program
         self.pc = 0
+        self.lookahead = 0  # the next action the look-ahead may post (a receive) or skip (a send)
         self.clock = 0.0
         self.unapplied: deque[Action] = deque()  # receives posted, not yet applied, in program order
         self.sent: dict[int, int] = defaultdict(int)  # messages sent so far to each peer
@@ -89,9 +97,20 @@ class _Simulation:
     flight to the next event (a flow finishing or a send's start), and the ranks advance
     again, until every rank is done."""
 
-    def __init__(self, schedule: Schedule, topology: Topology, segment: int, itemsize: int, policy: IssuePolicy):
-        self.topology, self.itemsize, self.policy = topology, itemsize, policy
+    def __init__(
+        self,
+        schedule: Schedule,
+        topology: Topology,
+        segment: int,
+        itemsize: int,
+        policy: IssuePolicy,
+        window: int,
+        starts: Sequence[float] | None = None,
+    ):
+        self.topology, self.itemsize, self.policy, self.window = topology, itemsize, policy, window
         self.ranks = [_Rank(r, rank_program(schedule, r, segment)) for r in range(schedule.world_size)]
+        for rank, late in zip(self.ranks, starts or ()):
+            rank.clock = late
         self.arrived: dict[Key, float] = {}  # message key -> when its last byte landed
         self.delivered: dict[Key, float] = {}  # message key -> when its last byte left
         self.starts: list[tuple[float, int, _Flow]] = []  # flows waiting for their send time
@@ -99,6 +118,9 @@ class _Simulation:
         self.now = 0.0
         self.active: list[_Flow] = []
         self.queued: dict[tuple[int, int], deque[_Flow]] = defaultdict(deque)  # sent, behind an earlier message
+        self.posted_at: dict[Key, float] = {}  # message key -> when its receive was posted
+        self.unmatched: dict[Key, tuple[float, _Flow]] = {}  # sent before its receive was posted
+        self.shared_arrivals = 0  # messages that started flowing into a rank another peer was sending to
 
     def run(self) -> float:
         for rank in self.ranks:
@@ -121,19 +143,42 @@ class _Simulation:
     # -- a rank's program -----------------------------------------------------------------
     def advance(self, rank: _Rank) -> None:
         """Advance ``rank`` until it needs a message that has not arrived (or it is done)."""
+        self.look_ahead(rank)
         while rank.pc < len(rank.program):
             a = rank.program[rank.pc]
             if not a.send:
-                self.post_receive(rank, a)
+                if a.index >= rank.lookahead:  # not posted by the look-ahead: post it now, once it may be
+                    while not self.policy.may_post(a, rank.unapplied):
+                        if not self.apply_oldest(rank):
+                            return
+                    self.post_receive(rank, a)
+                    rank.lookahead = a.index + 1
+                while len(rank.unapplied) > self.window:
+                    if not self.apply_oldest(rank):
+                        return
             elif self.wait_before_send(rank, a):
+                self.look_ahead(rank)  # the window refilled before the send's bytes queue up
                 self.send(rank, a)
             else:
                 return
             rank.pc += 1
+            self.look_ahead(rank)
         while rank.unapplied:  # the end of the call: every receive applied
             if not self.apply_oldest(rank):
                 return
         rank.finished = True
+
+    def look_ahead(self, rank: _Rank) -> None:
+        """Post the receives after the program counter in program order, while fewer than
+        ``window`` are pending and the issue policy lets the next one be posted."""
+        rank.lookahead = max(rank.lookahead, rank.pc)
+        while rank.lookahead < len(rank.program) and len(rank.unapplied) < self.window:
+            a = rank.program[rank.lookahead]
+            if not a.send:
+                if not self.policy.may_post(a, rank.unapplied):
+                    return
+                self.post_receive(rank, a)
+            rank.lookahead += 1
 
     def post_receive(self, rank: _Rank, a: Action) -> None:
         key = (a.peer, rank.rank, rank.received[a.peer])
@@ -141,6 +186,14 @@ class _Simulation:
         rank.recv_key[a.index] = key
         rank.unapplied.append(a)
         rank.clock += self.topology.overhead
+        self.posted_at[key] = rank.clock
+        if key in self.unmatched:  # its send was waiting for this receive
+            sent, flow = self.unmatched.pop(key)
+            self.release(max(sent, rank.clock), flow)
+
+    def release(self, when: float, flow: _Flow) -> None:
+        heapq.heappush(self.starts, (max(when, self.now), self.sequence, flow))
+        self.sequence += 1
 
     def wait_before_send(self, rank: _Rank, a: Action) -> bool:
         """Whether ``rank`` may issue ``a`` now, after what the issue policy makes it wait for
@@ -166,9 +219,11 @@ class _Simulation:
         rank.clock += self.topology.overhead
         links = self.topology.route(rank.rank, a.peer)
         flow = _Flow(rank.rank, a.peer, key, links, (a.stop - a.start) * self.itemsize, sum(x.latency for x in links))
-        heapq.heappush(self.starts, (rank.clock, self.sequence, flow))
+        if key in self.posted_at:
+            self.release(max(rank.clock, self.posted_at[key]), flow)
+        else:
+            self.unmatched[key] = (rank.clock, flow)
         rank.issued[a.index] = (a, key)
-        self.sequence += 1
 
     def apply_oldest(self, rank: _Rank) -> bool:
         a = rank.unapplied[0]
@@ -202,7 +257,7 @@ class _Simulation:
             self.arrived[f.key] = self.now + f.latency
             self.delivered[f.key] = self.now
             if self.queued[(f.src, f.dst)]:
-                self.active.append(self.queued[(f.src, f.dst)].popleft())
+                self.activate(self.queued[(f.src, f.dst)].popleft())
         return True
 
     def start(self, flow: _Flow) -> None:
@@ -210,15 +265,57 @@ class _Simulation:
         if self.queued[pair] or any((f.src, f.dst) == pair for f in self.active):
             self.queued[pair].append(flow)  # one connection per pair: its messages go one after another
         else:
-            self.active.append(flow)
+            self.activate(flow)
+
+    def activate(self, flow: _Flow) -> None:
+        if any(f.dst == flow.dst and f.src != flow.src for f in self.active):
+            self.shared_arrivals += 1
+        self.active.append(flow)
+
+
+@dataclass(frozen=True)
+class DataflowRun:
+    """One simulated call: its time, and how many messages started flowing into a rank's
+    port while another peer's message was still coming in there. A fluid model shares the
+    port at no loss, but on a real port two TCP flows into one shaped queue fill it and
+    drop, and a step that waits for the slower of them waits for the pair; an algorithm
+    whose steps each have one peer per rank (BE, the ring) needs none."""
+
+    seconds: float
+    shared_arrivals: int
+
+
+def run_dataflow(
+    schedule: Schedule,
+    topology: Topology,
+    segment: int,
+    itemsize: int = 4,
+    order: str | IssuePolicy = "eager",
+    window: int = WINDOW,
+    starts: Sequence[float] | None = None,
+) -> DataflowRun:
+    """``simulate_dataflow``'s call, with the count of messages that shared a receiving port.
+    ``starts`` gives each rank's start in seconds (a rank that got its core late; all 0 by
+    default): on a shared host the ranks enter a call out of step, and a schedule's
+    issue order decides whether that costs only the delay or also shares ports. ``order``
+    may also be an ``IssuePolicy`` of one's own, to price an order no algorithm uses."""
+    if schedule.world_size != topology.world_size:
+        raise ValueError(f"the schedule has P={schedule.world_size} but the topology {topology.world_size}")
+    policy = order if isinstance(order, IssuePolicy) else issue_policy(order)
+    simulation = _Simulation(schedule, topology, segment, itemsize, policy, window, starts)
+    seconds = simulation.run()
+    return DataflowRun(seconds, simulation.shared_arrivals)
 
 
 def simulate_dataflow(
-    schedule: Schedule, topology: Topology, segment: int, itemsize: int = 4, order: str = "eager"
+    schedule: Schedule,
+    topology: Topology,
+    segment: int,
+    itemsize: int = 4,
+    order: str = "eager",
+    window: int = WINDOW,
 ) -> float:
     """Seconds the multi-process executor takes for ``schedule`` on ``topology`` with
-    ``segment``-element messages and the algorithm's issue ``order`` (see the module
-    docstring and ``lptrain.comm.program.ISSUE_ORDERS``)."""
-    if schedule.world_size != topology.world_size:
-        raise ValueError(f"the schedule has P={schedule.world_size} but the topology {topology.world_size}")
-    return _Simulation(schedule, topology, segment, itemsize, issue_policy(order)).run()
+    ``segment``-element messages, the algorithm's issue ``order`` (see the module
+    docstring and ``lptrain.comm.program.ISSUE_ORDERS``) and ``window`` receives posted ahead."""
+    return run_dataflow(schedule, topology, segment, itemsize, order, window).seconds

@@ -23,9 +23,12 @@ OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the sched
 # its steps exchange with a new partner each time: a rank that starts the next step's
 # exchange while the last one still runs shares its one port between them and slows the
 # partner that waits for the last one (1.78 against 1.50 n/B for an allreduce over 4 on one
-# port, lptrain.sim.dataflow). A broadcast's allgather also needs each step's receives in
-# first (``steps``: 1.54 against 2.17 n/B with ``ports``). The simulator finds ``ports``
-# as good for the other ops, but on the emulated cluster (4 nodes, 200 Mbit/s, 16 MiB)
+# port with receives posted far ahead, lptrain.sim.dataflow). A broadcast's allgather also
+# needs each step's receives in first (``steps``: 1.50 against 1.95 n/B with ``ports``).
+# ``steps`` also posts a step's receives only once the earlier steps' are in, so that a
+# partner a step ahead cannot send into a port still receiving: with one rank late, BE
+# shared ports (46 messages, 1.06x the model for an allreduce over 8) and now shares none
+# (1.01x; scripts/be_model.py). On the emulated cluster (4 nodes, 200 Mbit/s, 16 MiB)
 # ``steps`` measured 1.82 against 2.26 n/B for allreduce and 1.69 against 1.93 for reduce.
 ISSUE_ORDER = {"broadcast": "steps", "reduce": "steps", "allreduce": "steps"}
 
