@@ -48,7 +48,8 @@ def paper_section(data: dict) -> list[str]:
         "",
         "![time against P on the emulated cluster](figures/cluster_time_vs_p.png)",
         "",
-        "Measured, not simulated: every node a network namespace with one full-duplex port shaped by `tc tbf`, "
+        "Measured, not simulated: every node a network namespace with one full-duplex port shaped by "
+        "`lptrain-cluster` (a `tc htb` token bucket, MTU 9000, TCP bbr: lptrain/cluster/plan.py says why), "
         f"one torchrun process per node over gloo (`python scripts/cluster_results.py`); {ex.describe(data)}. "
         "Times are multiples of n/B (n the message, B the nominal rate of one port one way).",
         "",
@@ -92,9 +93,7 @@ def paper_section(data: dict) -> list[str]:
             "By P, median and largest error: "
             + "; ".join(f"P = {p}: {m:.0%}, {x:.0%}" for p, (m, x) in s["by_p"].items())
             + f". In {s['slower']} of the {s['count']} predicted rows the cluster was slower than the model. "
-            "The errors grow with P, and the large ones are all on the slow side at P = 7 and 8: the model's "
-            "links are right, but the emulation host runs P processes and 2P shaped queues on its 2 cores, so "
-            "from P = 7 the CPU, not the link, starts to set the time. The other disagreement is "
+            "One disagreement is "
             "MST's allreduce at P = 2 (measured 1.84 n/B, predicted 1.0): the model lets the reduce and the "
             "broadcast overlap on the one link both ways; over gloo they do not, probably because the root's "
             "receive notices queue behind the broadcast's bytes on the same connection (not verified).",

@@ -76,8 +76,32 @@ def bench_on_cluster(nodes: int, link: str, sizes: tuple[str, str], trials: int,
     bench = [sys.executable, "-m", "lptrain.bench", "--op", "all", "-b", sizes[0], "-e", sizes[1], "-f", "4",
              "--algo", ",".join(BENCH_ALGOS), "-n", "1", "--trials", str(trials), "--json", str(out), "--quiet",
              "--timeout", "120"]  # fmt: skip
-    _run(_cluster(nodes, link, work / f"logs-bench-p{nodes}", bench, 3600), f"the benchmark on {nodes} nodes")
-    return [dict(row, nodes=nodes, load=load) for row in json.loads(out.read_text())]
+    logs = work / f"logs-bench-p{nodes}"
+    _run(_cluster(nodes, link, logs, bench, 3600), f"the benchmark on {nodes} nodes")
+    check = fidelity_of(logs)
+    return [dict(row, nodes=nodes, load=load, fidelity=check) for row in json.loads(out.read_text())]
+
+
+def fidelity_of(logs: Path) -> dict:
+    """What lptrain-cluster's fidelity check measured before a run (its fidelity.json):
+    the slowest and the median flow against nominal with every port busy, and softirq."""
+    check = json.loads((logs / "fidelity.json").read_text())
+    return {k: check[k] for k in ("passed", "worst_ratio", "median_ratio", "softirq")}
+
+
+def fidelity_phrase(data: dict) -> str | None:
+    """The fidelity checks of the benchmark's runs in a few words; None where the rows
+    predate the check."""
+    checks = [r["fidelity"] for r in data.get("bench", []) if r.get("fidelity")]
+    if not checks:
+        return None
+    worst = [c["worst_ratio"] for c in checks]
+    softirq = [c["softirq"] for c in checks]
+    return (
+        f"before each run lptrain-cluster's fidelity check (every port sending and receiving at once) had the "
+        f"slowest port at {min(worst):.1%} to {max(worst):.1%} of its rate, softirq {min(softirq):.0%} to "
+        f"{max(softirq):.0%} of the CPU"
+    )
 
 
 def auto_on_cluster(nodes: int, link: str, work: Path) -> dict:
@@ -331,5 +355,7 @@ def describe(data: dict) -> str:
     load = f"load average {min(loads):.1f} to {max(loads):.1f} at the starts of the runs" if loads else ""
     if c.get("nice"):
         load += f" (the runs at nice {c['nice']}, ahead of the machine's other work)"
+    check = fidelity_phrase(data)
     return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), {c['machine']}, "
-            f"{c.get('date', '?')}, {load or 'load average ' + format(c['load_before'], '.1f')}")  # fmt: skip
+            f"{c.get('date', '?')}, {load or 'load average ' + format(c['load_before'], '.1f')}"
+            + (f"; {check}" if check else ""))  # fmt: skip
