@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU path's prepared device check, in one call on a bare machine with one GPU and its
 # own python3 (torch, torchvision, pytest, pytest-timeout; no package registry). Within
-# 6 minutes: the steps' time limits add up to 365 s (the whole check took
-# 241 s on the H200 with every step inside its limit but the cuda tests').
+# 6.5 minutes: the steps' time limits add up to 385 s (the whole check took
+# 241 s on the H200 with every step inside its limit but the cuda tests', before the
+# lp_memcpy step was added).
 #
 # Preparation, where pip reaches a registry (the wheels go into .whl/, which git ignores):
 #     python3 scripts/gpu_wheels.py
@@ -154,6 +155,10 @@ step cuda_tests 150 "$PY" -m pytest -m cuda -v -rfEs --durations=15 -p no:cachep
 # 2. The schedules on four replicas of the GPU, each with both reduction kernels.
 step bench 25 "$PY" -m lptrain.bench --devices cuda:0,cuda:0,cuda:0,cuda:0 --algo lp,mst,be,ring \
     --reduce-kernel peer,staged -b 1M -e 64M -f 8 --trials 3 --target-time 0.05 --json "$logs/bench.json"
+
+# 2b. LP against memcpy at 64 MiB over the four replicas (goal: at least 0.8x), and what one
+#     LP allreduce issues on the device: blocks, events recorded, stream waits.
+step lp_memcpy 20 "$PY" scripts/gpu_lp_check.py --json "$logs/lp_memcpy.json"
 
 # 3. AlexNet at 224 px on synthetic data, four replicas of the GPU, 25 MiB buckets: each
 #    communicator with overlap on and off, the parameters compared.

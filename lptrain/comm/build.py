@@ -23,7 +23,7 @@ from lptrain.comm.algorithms import (
     option_names,
     schedule_builders,
 )
-from lptrain.comm.algorithms.options import HOST, PCIE, Sizing
+from lptrain.comm.algorithms.options import HOST, ONE_GPU, PCIE, Sizing
 from lptrain.comm.communicator import DeviceCommunicator, ScheduleCommunicator
 from lptrain.comm.cuda_graph import check_cuda_graph
 from lptrain.comm.devices import parse_devices
@@ -71,6 +71,14 @@ def refuse_unknown_name(name: str, valid: Sequence[str]) -> None:
         raise CollectiveInputError(f"unknown communicator {name!r}; valid names: {', '.join(valid)}")
 
 
+def device_sizing(devices: Sequence[torch.device]) -> Sizing:
+    """The link figures an in-process schedule sizes its blocks by: a memory copy for CPU
+    devices, one GPU's own memory where every replica shares that GPU, else the paper's PCIe."""
+    if devices[0].type == "cpu":
+        return HOST
+    return ONE_GPU if len(set(devices)) == 1 else PCIE
+
+
 def build_in_process(name: str, devices: Sequence[str | torch.device], **options: Any) -> DeviceCommunicator:
     """Communicator ``name`` over ``devices`` in this process, one tensor per device."""
     refuse_unknown_name(name, CONCRETE)
@@ -79,8 +87,7 @@ def build_in_process(name: str, devices: Sequence[str | torch.device], **options
         return NcclCommunicator(devices, **options)
     devices = parse_devices(devices)
     own = {k: options.pop(k) for k in option_names(name) if k in options}
-    sizing = HOST if devices[0].type == "cpu" else PCIE  # a memory copy, or the paper's PCIe
-    builders, settled = schedule_builders(name, len(devices), own, sizing)
+    builders, settled = schedule_builders(name, len(devices), own, device_sizing(devices))
     return ScheduleCommunicator(name, devices, builders, options=settled, **options)
 
 

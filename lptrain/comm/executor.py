@@ -13,6 +13,7 @@ one-pass peer kernel (``reduce_kernel``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -64,6 +65,16 @@ class CudaLinks:
         self._staging: dict[tuple[int, int], torch.Tensor] = {}
         self.decisions: dict[tuple[int, int], KernelChoice] = {}  # (sender GPU, receiver GPU) -> path
         self._reducer = None
+        self._syncs: dict[int, tuple[Plan, tuple[Sync, ...]]] = {}  # id(plan) -> the plan, its waits and events
+
+    def syncs(self, plan: Plan) -> tuple[Sync, ...]:
+        """``sync_plan`` of ``plan`` on these devices, worked out once per plan (a trainer runs
+        the same plans every step; the plan is kept with it, so its id stays its own)."""
+        kept = self._syncs.get(id(plan))
+        if kept is None or kept[0] is not plan:
+            kept = (plan, sync_plan(plan, self.devices))
+            self._syncs[id(plan)] = kept
+        return kept[1]
 
     def stream(self, src: int, dst: int, device: torch.device, role: str = "") -> torch.cuda.Stream:
         """Link ``src -> dst``'s stream on ``device``: the process's one for that link
@@ -249,6 +260,56 @@ def measure_paths(links: CudaLinks, src_dev: torch.device, dst_dev: torch.device
     return times
 
 
+StreamKey = tuple[int, int, int]  # a link's stream: (src rank, dst rank, device index)
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    """What one instruction of a plan waits for and records on CUDA (``sync_plan``)."""
+
+    waits: tuple[tuple[StreamKey, int], ...]  # (the waiting stream, the instruction whose event it waits for)
+    record: bool  # whether an event is recorded after it: a later wait needs it
+
+
+def sync_plan(plan: Plan, devices: Sequence[torch.device]) -> tuple[Sync, ...]:
+    """The stream waits and event records that order ``plan`` on its link streams, no more.
+
+    Each instruction runs on its link's stream on each end's GPU (one stream when both
+    replicas share a GPU). It must come after its dependencies; a dependency on its own
+    stream is ordered already, and one that an earlier wait ordered (directly, or through
+    what the awaited stream had itself waited for) needs no wait of its own. Each stream
+    keeps, per other stream, the last instruction it is known to follow (a vector clock),
+    so waits implied by earlier ones are dropped, and an event is recorded only after an
+    instruction that some wait names. LP issues many blocks per call: one event and one
+    to three waits per block were paid whether or not anything needed them."""
+    knows: dict[StreamKey, dict[StreamKey, int]] = {}  # stream -> {other stream: last instruction it follows}
+    at: list[dict[StreamKey, int]] = []  # instruction -> what its stream knew once it was issued
+    home: list[StreamKey] = []  # instruction -> the stream its event would be recorded on
+    waits: list[list[tuple[StreamKey, int]]] = []
+    needed: set[int] = set()
+    for i, ins in enumerate(plan.instrs):
+        s_dst: StreamKey = (ins.src, ins.dst, devices[ins.dst].index)
+        s_src: StreamKey = (ins.src, ins.dst, devices[ins.src].index)
+        mine: list[tuple[StreamKey, int]] = []
+        for s in (s_src, s_dst) if s_src != s_dst else (s_src,):
+            clock = knows.setdefault(s, {})
+            for d in sorted(ins.deps, reverse=True):  # the latest first: it may imply the others
+                other = home[d]
+                if other == s or clock.get(other, -1) >= d:
+                    continue
+                mine.append((s, d))
+                needed.add(d)
+                for stream, last in at[d].items():
+                    if clock.get(stream, -1) < last:
+                        clock[stream] = last
+                clock[other] = d
+        knows[s_dst][s_dst] = i
+        at.append(dict(knows[s_dst]))
+        home.append(s_dst)
+        waits.append(mine)
+    return tuple(Sync(tuple(w), i in needed) for i, w in enumerate(waits))
+
+
 def run_cuda(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Tensor], links: CudaLinks) -> None:
     """Run ``plan`` on flat CUDA tensors, one per rank, asynchronously with the host.
 
@@ -264,9 +325,10 @@ def run_cuda(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Te
     ready: set[int] = set()
     used: list[torch.cuda.Stream] = []
     peer_reads: set[tuple[int, torch.cuda.Stream]] = set()  # (GPU read from, the reading stream)
-    done: list[tuple[torch.cuda.Event, torch.cuda.Stream]] = []
+    done: dict[int, torch.cuda.Event] = {}  # instruction -> its event, where a later wait needs one
+    syncs = links.syncs(plan)
     try:
-        for ins in plan.instrs:
+        for i, ins in enumerate(plan.instrs):
             src_dev, dst_dev = devices[ins.src], devices[ins.dst]
             s_src = links.stream(ins.src, ins.dst, src_dev)
             s_dst = links.stream(ins.src, ins.dst, dst_dev)
@@ -276,10 +338,8 @@ def run_cuda(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Te
                         s.wait_stream(entry[index])
                     ready.add(id(s))
                     used.append(s)
-                for d in ins.deps:
-                    event, stream = done[d]
-                    if stream != s:
-                        s.wait_event(event)
+            for (_, _, index), d in syncs[i].waits:
+                (s_src if index == src_dev.index else s_dst).wait_event(done[d])
             src = bufs[ins.src_buf][ins.src][ins.start : ins.stop]
             dst = bufs[ins.dst_buf][ins.dst][ins.start : ins.stop]
             base = dst if ins.code is Code.ADD else bufs[Buf.INPUT][ins.dst][ins.start : ins.stop]
@@ -301,9 +361,10 @@ def run_cuda(plan: Plan, inputs: Sequence[torch.Tensor], work: Sequence[torch.Te
                     dst.add_(src)
                 else:
                     torch.add(base, src, out=dst)
-            event = torch.cuda.Event()
-            event.record(s_dst)
-            done.append((event, s_dst))
+            if syncs[i].record:
+                event = torch.cuda.Event()
+                event.record(s_dst)
+                done[i] = event
     finally:
         for stream in used:
             entry[stream.device.index].wait_stream(stream)

@@ -39,7 +39,9 @@ def measure(run: Run) -> dict:
     logs = run.work / "out" / "logs"
     rows = json.loads((logs / "bench.json").read_text())
     big = max(x["size"] for x in rows)
+    lp_check = logs / "lp_memcpy.json"  # the lp_memcpy step: what one LP allreduce issued
     return {
+        "lp_one_call": json.loads(lp_check.read_text())["one_call"] if lp_check.exists() else None,
         "environment": (logs / "env.txt").read_text().strip().splitlines(),
         "steps": (run.work / "out" / "summary.txt").read_text().strip().splitlines(),
         "bench_command": bench_step(CHECK.read_text()),
@@ -74,6 +76,13 @@ def render(r: dict) -> list[str]:
         "",
         *(r.get("notes") or [])[1:],
     ]
+    if r.get("lp_one_call"):
+        c = r["lp_one_call"]
+        lines += [
+            "",
+            f"- One LP allreduce of {size} over the four replicas (the `lp_memcpy` step, eager) issued "
+            f"{c['blocks']} blocks, {c['events']} events and {c['waits']} stream waits.",
+        ]
     return lines
 
 

@@ -37,6 +37,12 @@ class Sizing:
 
 # GPUs in one process: PCIe Gen3 as in the paper (alpha ~ 15 us, ~11 GB/s).
 PCIE = Sizing(15e-6, 1 / 11e9)
+# Replicas that share one GPU: every "link" is a copy within the GPU's own memory, so the
+# pipeline's blocks share one memory system and only their count costs: a launch, an event
+# and a wait each from Python (~10 us). The memory moves ~1.9 TB/s (an H200's memcpy at
+# 64 MiB, docs/BENCHMARKS.md). Sized for PCIe instead, an LP allreduce of 64 MiB over four
+# replicas issued 276 blocks against the ring's 24, and reached half the others' bandwidth.
+ONE_GPU = Sizing(10e-6, 1 / 1.9e12)
 # CPU "devices" in one process: ~10 us of dispatch per transfer, ~13 GB/s per copy (measured
 # with lptrain-bench on the 2-core development machine; the current figures are in
 # docs/BENCHMARKS.md, "In-process collectives against memcpy").
