@@ -28,8 +28,14 @@ OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the sched
 # ``steps`` also posts a step's receives only once the earlier steps' are in, so that a
 # partner a step ahead cannot send into a port still receiving: with one rank late, BE
 # shared ports (46 messages, 1.06x the model for an allreduce over 8) and now shares none
-# (1.01x; scripts/be_model.py). On the emulated cluster (4 nodes, 200 Mbit/s, 16 MiB)
-# ``steps`` measured 1.82 against 2.26 n/B for allreduce and 1.69 against 1.93 for reduce.
+# (1.01x; scripts/be_model.py). On the emulated star with links shaped for GSO (MTU 9000,
+# a 128 KiB bucket, bbr; 200 Mbit/s, 16 MiB) BE's allreduce took 1.52 n/B over 4 nodes
+# (model 1.50; 3 rounds, 1.52-1.54) and 1.81 over 8 (model 1.75; 5 rounds, 1.80-1.87),
+# the ring 1.51 and 1.77; posting ahead instead measured the same (1.53, 1.80), as no
+# rank there came late enough to matter. With MTU 1500 and a 50 KB bucket the same code
+# took 1.93 over 4 nodes and the ring 1.74 (one run): the emulator's cost, not BE's.
+# (On that emulator ``steps`` measured 1.82 against 2.26 n/B with ``ports`` for allreduce over
+# 4 nodes, and 1.69 against 1.93 for reduce.)
 ISSUE_ORDER = {"broadcast": "steps", "reduce": "steps", "allreduce": "steps"}
 
 
