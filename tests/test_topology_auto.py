@@ -230,3 +230,31 @@ def test_auto_on_the_probes_racks_runs_lp_with_each_rack_contiguous(rack_of):
     assert choice.algo == "lp" and rack_contiguous(choice.options["order"], racks.groups), choice
     star = racks_model(group_racks(synthetic_rates([0] * world, PORT, PORT, 0.05), pair_rounds(world)))
     assert simulated_choice("allreduce", 16 * MiB, world, star).algo == "ring"
+
+
+# -- what crosses the uplink, counted ----------------------------------------------------------------
+
+
+def uplink_elements(algo: str, p: int, count: int, rack_of: list[int], order=None) -> tuple[int, int]:
+    """Elements an allreduce's schedule sends from rack 0 to rack 1, and back."""
+    from lptrain.sim.predict import schedule_for
+
+    schedule = schedule_for(algo, "allreduce", p, count, 4, block_bytes=count // 16 * 4, order=order)
+    out = sum(t.count for step in schedule.steps for t in step if rack_of[t.src] == 0 and rack_of[t.dst] == 1)
+    back = sum(t.count for step in schedule.steps for t in step if rack_of[t.src] == 1 and rack_of[t.dst] == 0)
+    return out, back
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_the_chosen_order_sends_n_over_each_uplink_where_the_natural_one_sends_more(p):
+    """The cause of auto's slowness on interleaved thin-uplink racks, counted: in the natural
+    order LP's chain crosses the uplink at every hop and the ring too; in the order auto
+    chooses, LP's chain sends n each way over it, the ring 2(P-1)/P n, so LP is chosen."""
+    n = 1 << 16
+    rack_of = [r % 2 for r in range(p)]
+    choice = simulated_choice("allreduce", 16 * MiB, p, topology_of("racks:2@1/2:interleaved", p))
+    order = choice.options["order"]
+    assert uplink_elements("lp", p, n, rack_of, order) == (n, n)
+    assert uplink_elements("ring", p, n, rack_of, order) == (2 * (p - 1) * n // p,) * 2
+    assert min(uplink_elements("lp", p, n, rack_of)) >= (p - 1) * n  # the natural order: every hop crosses
+    assert min(uplink_elements("ring", p, n, rack_of)) >= 2 * (p - 1) * n // p * (p // 2)

@@ -37,8 +37,8 @@ def test_unknown_option_lists_the_valid_ones():
         build_communicator("lp", ["cpu"] * 2, blocksize=4)
     with pytest.raises(CollectiveInputError, match="for mst; valid options: accumulate_fp32"):
         build_communicator("mst", ["cpu"] * 2, block_size=4)
-    assert options_of("lp") == ["accumulate_fp32", "block_size", "order", "allreduce", "reduce_kernel", "cuda_graph"]
-    assert options_of("ring") == ["accumulate_fp32", "reduce_kernel", "cuda_graph"]
+    assert options_of("lp") == ["accumulate_fp32", "block_size", "allreduce", "order", "reduce_kernel", "cuda_graph"]
+    assert options_of("ring") == ["accumulate_fp32", "order", "reduce_kernel", "cuda_graph"]
 
 
 @pytest.mark.parametrize(

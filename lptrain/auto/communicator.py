@@ -127,12 +127,12 @@ class AutoCommunicator:
         self._for("allreduce", tensors, None, op).allreduce(tensors, op=op)
 
     def describe(self, topic: str | None = None) -> list[str]:
-        """What the choices are made on (the machine), then one line per decision so far
-        (``"choice"``): what was chosen for which call, from what."""
+        """What the choices are made on (where the machine has racks: declared or measured),
+        then one line per decision so far (``"choice"``): what was chosen for which call, from what."""
         if not wants(topic, "choice"):
             return []
         simulated = any(c.source == "simulated" for _, _, c in self.decisions)
-        machine = [f"machine: {self.machine()}"] if simulated else []
+        machine = [f"machine: {self.machine()}"] if simulated and self.model.layout else []
         return machine + [
             f"{op} of {format_size(nbytes)}: {c.label} ({c.source}: {c.detail})" for op, nbytes, c in self.decisions
         ]

@@ -30,7 +30,7 @@ def check_order(order: Sequence[int] | None, world_size: int) -> list[int]:
         places = None
     if places is None or sorted(places) != list(range(world_size)):
         raise ValueError(
-            f"order must be a permutation of the ranks 0..{world_size - 1} (one entry per rank), got {order!r}"
+            f"order must be a permutation of 0..{world_size - 1}, the ranks (one entry per rank), got {order!r}"
         )
     return places
 
