@@ -297,9 +297,12 @@ def link_rules(rank: int, world: int, store: str, out: str) -> None:
     counts = {}
     # BE's slow link is slower still: its pacing shows only where a step's bytes take longer
     # to drain at the link's rate (here 0.13 s) than the peer's reply takes on a busy machine
-    rates = {"fast": {"ring": 3e9, "be": 3e9}, "slow": {"ring": 25e6, "be": 2e6}}
+    # and BE's fast link is barely fast, where pacing at its rate would hold a 4 MiB
+    # allreduce's second step back (its first step's 2 MiB take 3.5 ms to drain at 600 MB/s)
+    rates = {"fast": {"ring": 3e9, "be": 600e6}, "slow": {"ring": 25e6, "be": 2e6}}
+    sizes = {"fast": {"ring": 16 << 20, "be": 4 << 20}, "slow": {"ring": 16 << 20, "be": 1 << 18}}
     for speed, rate_of in rates.items():
-        for name, count in (("ring", 16 << 20), ("be", 1 << 18)):
+        for name, count in sizes[speed].items():
             build.link_of = lambda group, device, rate=rate_of[name]: LinkCost(80e-6, 1 / rate)
             comm = build_communicator(name, process_group=dist.group.WORLD, timeout_s=60, check_desync=False)
             t = torch.full((count,), float(rank + 1))

@@ -18,10 +18,11 @@ may overlap:
   exchange with a new partner and add what the last one brought).
 
 How large the segments are and whether sends are paced follow the link as measured at
-start (``message_rules``), for both as well: on a slow link a message's CPU cost is small
-beside its transfer, so messages are cut to what the link carries in a few milliseconds
-and sends are paced at its rate; on a fast one (loopback, shared memory) the CPU sets the
-time, so every message is a rank's whole share of a step and nothing is paced.
+start (``auto_segment_bytes``, ``pacing_rate``), for both as well: on a slow link a
+message's CPU cost is small beside its transfer, so messages are cut to what the link
+carries in 10 ms and sends are paced at its rate; on a fast one (loopback, shared memory)
+the CPU sets the time, so a message is a rank's share of a step (1 to 4 MiB) and nothing is
+paced.
 """
 
 from __future__ import annotations
@@ -53,14 +54,13 @@ LINK_SEGMENT_SECONDS = 0.01
 MIN_LINK_SEGMENT_BYTES = 64 << 10
 # A fast link: one that moves bytes at least about as fast as a core adds float32 arrays
 # (about 2 GB/s here; loopback gloo measured 1.3 to 3.6 GB/s, a 10 Gbit/s port is 1.25) leaves
-# the CPU, not the link, setting the time: the per-message costs are what the ranks wait for,
-# and no queue builds up on the link that pacing would have to drain. There every message is
-# a rank's whole share of a step (n / P; a ring's step is then one message), up to 64 MiB so
-# that the staging slots stay bounded. A 64 MiB ring allreduce over 4 loopback processes took
-# 110, 104, 103 and 102 ms with 4, 8, 16 (the share) and 32 MiB segments, LP 122 and 113 ms
-# with 4 and 16 MiB, gloo's own 104 (2-core machine, 2026-12-05, one run of 6 calls each).
+# the CPU, not the link, setting the time, and no queue builds up on it that pacing would have
+# to drain: sends are not paced there, and a segment is the share within 1..4 MiB. Whole
+# steps as one message (the share up to 64 MiB) were tried there: a 64 MiB allreduce over 4
+# loopback processes (more ranks than cores) gained 5 to 7% (ring 128 -> 122 ms, LP 148 ->
+# 138), but over 2 processes it lost 17% (ring 40 -> 49 ms), the addition of a whole share no
+# longer overlapping the transfer of the next segment (2-core machine, 2026-12-05, 8 calls each).
 FAST_LINK_BYTES_PER_S = 500e6
-MAX_FAST_SEGMENT_BYTES = 64 << 20
 
 
 def fast_link(bytes_per_s: float | None) -> bool:
@@ -73,12 +73,10 @@ def auto_segment_bytes(nbytes: int, world_size: int, bytes_per_s: float | None =
     """Bytes per message of an ``nbytes`` collective with ``segment_size=auto``, on a link
     measured at ``bytes_per_s`` (None: not measured): a rank's share within 1..4 MiB; on a slow
     link at most what it carries in ``LINK_SEGMENT_SECONDS`` (a power of two, at least 64 KiB);
-    on a fast one the whole share, within 1..64 MiB (the constants above say why)."""
+    on a fast one the share (the constants above say why)."""
     low, high = AUTO_SEGMENT_BYTES
-    if fast_link(bytes_per_s):
-        return min(max(nbytes // world_size, low), MAX_FAST_SEGMENT_BYTES)
     share = min(max(nbytes // world_size, low), high)
-    if bytes_per_s is None:
+    if bytes_per_s is None or fast_link(bytes_per_s):
         return share
     carried = max(LINK_SEGMENT_SECONDS * bytes_per_s, 1)
     return min(share, max(MIN_LINK_SEGMENT_BYTES, 1 << max(0, math.ceil(math.log2(carried)))))
