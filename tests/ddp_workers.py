@@ -65,6 +65,20 @@ def train(steps: int, rank: int, register=None, group=None) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.module.parameters()])
 
 
+def hook_counts(steps: int, rank: int) -> dict[str, int]:
+    """The ring hook's per-step costs, counted: buckets, desync checks (small allreduces) and
+    buckets handed to the worker thread."""
+    st = lptrain.ddp.state(algo="ring")
+    buckets = [0]
+
+    def counting(state, bucket):
+        buckets[0] += 1
+        return lptrain.ddp.hook(state, bucket)
+
+    train(steps, rank, lambda m: m.register_comm_hook(st, counting))
+    return {"steps": steps, "buckets": buckets[0], "checks": st.comm.desync_checks, "handoffs": st.worker.handoffs}
+
+
 def one_line_error(run) -> str:
     try:
         run()
@@ -224,6 +238,7 @@ def main() -> None:
     auto = lptrain.ddp.state(algo="auto", topology="racks:2@1/2:interleaved")
     found["hook"]["auto"] = train(args.steps, rank, lambda m: m.register_comm_hook(auto, lptrain.ddp.hook))
     found["auto_choice"] = auto.comm.describe("choice")
+    found["counts"] = hook_counts(args.steps, rank)
     found["refusals"] = refusals(dist.new_group(backend="lptrain_lp"))
     found["shared_state"] = shared_state(rank)
     if rank == 0:

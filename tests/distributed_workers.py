@@ -283,3 +283,33 @@ def protocol_and_hierarchy(rank: int, world: int, store: str, tuning: str) -> No
         raise AssertionError("the hierarchy reduced to replica 1")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def link_rules(rank: int, world: int, store: str, out: str) -> None:
+    """The executor's message rules on a link measured fast and on one measured slow (the
+    measurement replaced by each figure): messages, waits and paced sends per call."""
+    import json
+
+    import lptrain.comm.build as build
+    from lptrain.comm.transport import LinkCost
+
+    join(rank, world, store)
+    counts = {}
+    # BE's slow link is slower still: its pacing shows only where a step's bytes take longer
+    # to drain at the link's rate (here 0.13 s) than the peer's reply takes on a busy machine
+    # and BE's fast link is barely fast, where pacing at its rate would hold a 4 MiB
+    # allreduce's second step back (its first step's 2 MiB take 3.5 ms to drain at 600 MB/s)
+    rates = {"fast": {"ring": 3e9, "be": 600e6}, "slow": {"ring": 25e6, "be": 2e6}}
+    sizes = {"fast": {"ring": 16 << 20, "be": 4 << 20}, "slow": {"ring": 16 << 20, "be": 1 << 18}}
+    for speed, rate_of in rates.items():
+        for name, count in sizes[speed].items():
+            build.link_of = lambda group, device, rate=rate_of[name]: LinkCost(80e-6, 1 / rate)
+            comm = build_communicator(name, process_group=dist.group.WORLD, timeout_s=60, check_desync=False)
+            t = torch.full((count,), float(rank + 1))
+            comm.allreduce(t)
+            assert torch.equal(t, torch.full((count,), float(world * (world + 1) // 2))), f"{name} on a {speed} link"
+            prof = comm.profile
+            counts[f"{name} {speed}"] = [prof.messages, prof.waits, prof.paced, prof.calls]
+    Path(out, f"rank{rank}.json").write_text(json.dumps(counts))
+    dist.barrier()
+    dist.destroy_process_group()

@@ -267,6 +267,7 @@ def test_the_profile_accounts_for_every_call_and_message():
     run_dataflow(schedule, inputs, 7, 4, profiles=profiles)
     for r, prof in enumerate(profiles):
         assert prof.calls == 2 and prof.messages == 2 * len(rank_program(schedule, r, 7))
+        assert prof.waits == prof.messages and prof.paced == 0  # each handle waited for once; nothing paced
         assert 0 <= prof.wait_s + prof.post_s + prof.apply_s <= prof.total_s
         assert "ms per call" in prof.describe()
     assert Profile().describe() == "no calls"

@@ -54,6 +54,17 @@ def test_the_hook_with_auto_trains_to_ddps_parameters_and_says_what_it_chose(fou
     assert len(lines) > 1 and all(line.startswith("allreduce of ") for line in lines[1:]), lines
 
 
+def test_the_hook_checks_for_desync_once_per_step_and_runs_the_last_bucket_itself(found):
+    """Each step of the ring hook: one small allreduce of the desync check (not one per bucket),
+    and every bucket but the last handed to the worker thread (the last is ready when backward
+    is over, so it runs on the calling thread: nothing is left to overlap)."""
+    counts = found["counts"]
+    steps, buckets = counts["steps"], counts["buckets"]
+    assert buckets > steps  # more than one bucket a step, so the counts tell the rules apart
+    assert counts["checks"] == steps, counts
+    assert counts["handoffs"] == buckets - steps, counts
+
+
 def test_the_hook_in_bf16_trains_as_ddps_bf16_compression_hook(found):
     """grad_dtype=bf16: the bucket travels in bf16, summed in float32 and rounded once; DDP's
     bf16_compress_hook sums in bf16. At 2 processes both round a+b once: the same bits; at 3

@@ -103,6 +103,44 @@ def test_automatic_segments_are_a_ranks_share_within_1_to_4_mib():
     assert auto_segment_bytes(7, 3) == mib
 
 
+def test_a_fast_link_gets_the_share_per_message_unpaced_and_a_slow_one_short_paced_segments():
+    """Where the CPU sets the time (a fast measured link) a message is a rank's share (1 to
+    4 MiB) and sends are not paced; on a slow link a message holds the link for as long as it
+    carries 10 ms, and sends are paced at its rate. The messages per call tell them apart."""
+    from lptrain.comm.algorithms import ring
+    from lptrain.comm.distributed import auto_segment_bytes
+    from lptrain.comm.program import pacing_rate, rank_program
+    from lptrain.comm.transport import LinkCost
+
+    mib, n, p = 1 << 20, 64 << 20, 2
+    fast, slow = LinkCost(80e-6, 1 / 3e9), LinkCost(80e-6, 1 / 25e6)
+    schedule = ring.allreduce(p, n // 4)
+    messages = {
+        name: len(rank_program(schedule, 0, auto_segment_bytes(n, p, link) // 4))
+        for name, link in (("fast", fast), ("slow", slow), ("none", None))
+    }
+    assert messages == {"fast": 4 * 8, "slow": 4 * (32 * mib // (256 << 10)), "none": 4 * 8}
+    assert pacing_rate(3e9) == 0.0 and pacing_rate(500e6) == 0.0 and pacing_rate(None) == 0.0
+    assert pacing_rate(25e6) == 25e6
+
+
+def test_the_executor_follows_the_measured_link_across_processes(tmp_path):
+    """Four gloo processes, the link's measurement replaced by a fast and a slow figure: per
+    call, a 64 MiB ring allreduce sends 4 MiB messages on the fast link and 256 KiB ones on
+    the slow link; BE's sends are paced on a slow link and never on a fast one (at 600 MB/s,
+    barely fast, the rule before paced BE's later steps)."""
+    import json
+
+    p = 4
+    mp.spawn(workers.link_rules, args=(p, str(tmp_path / "store"), str(tmp_path)), nprocs=p)
+    for r in range(p):
+        counts = json.loads((tmp_path / f"rank{r}.json").read_text())
+        share = 4 * (p - 1) * 4  # 2 (P - 1) steps, each 16 MiB cut into four 4 MiB sends and receives
+        assert counts["ring fast"] == [share, share, 0, 1], counts
+        assert counts["ring slow"][0] == 4 * (p - 1) * (16 << 20) // (256 << 10), counts
+        assert counts["be fast"][2] == 0 and counts["be slow"][2] > 0, counts
+
+
 def test_distributed_options_are_checked():
     from lptrain.communicators import CollectiveInputError, build_communicator
 

@@ -67,3 +67,24 @@ def test_eager_issue_lets_be_sends_to_two_partners_share_a_port():
 def test_a_schedule_for_other_ranks_is_refused():
     with pytest.raises(ValueError, match="P=4 but the topology 2"):
         simulate_dataflow(ring.allreduce(4, 64), _port(2), 16)
+
+
+def test_the_simulator_cuts_messages_where_the_executor_does():
+    """``segment="auto"`` follows the executor's rule on the rate it would measure: on a fast
+    link a ring's step is one message, on a slow one 256 KiB segments, and the time priced
+    is that of the program with those segments."""
+    from lptrain.comm.distributed import auto_segment_bytes
+    from lptrain.comm.program import rank_program
+    from lptrain.comm.transport import LinkCost
+    from lptrain.sim.dataflow import auto_segment
+
+    schedule = ring.allreduce(4, N)
+    for rate in (3e9, 25e6):
+        topology = oneport(4, bandwidth=rate, latency=0.0, overhead=0.0, gamma=0.0)
+        executor = auto_segment_bytes(N * 4, 4, LinkCost(80e-6, 1 / rate)) // 4
+        assert auto_segment(schedule, topology) == executor
+        assert simulate_dataflow(schedule, topology, "auto") == simulate_dataflow(schedule, topology, executor)
+    fast = oneport(4, bandwidth=3e9, latency=0.0, overhead=0.0, gamma=0.0)
+    assert len(rank_program(schedule, 0, auto_segment(schedule, fast))) == 4 * 3
+    with pytest.raises(ValueError, match="segment"):
+        simulate_dataflow(schedule, fast, "big")

@@ -99,7 +99,9 @@ class Profile:
     adding or copying what arrived, and the rest (lptrain's own Python)."""
 
     calls: int = 0
-    messages: int = 0
+    messages: int = 0  # sends issued and receives posted
+    waits: int = 0  # handles waited for (each one a hand-off to the transport's thread and back)
+    paced: int = 0  # sends held back until the port would have drained (slow links)
     total_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
@@ -113,7 +115,8 @@ class Profile:
         return (
             f"{self.total_s * per:.1f} ms per call: waiting {self.wait_s * per:.1f} ms, posting "
             f"{self.post_s * per:.1f} ms, applying {self.apply_s * per:.1f} ms, the rest {rest * per:.1f} ms "
-            f"({self.messages / self.calls:.0f} messages)"
+            f"({self.messages / self.calls:.0f} messages, {self.waits / self.calls:.0f} waits, "
+            f"{self.paced / self.calls:.0f} paced sends)"
         )
 
 
@@ -149,6 +152,7 @@ class _Call:
         self.num_steps, self.on_step, self.profile = num_steps, on_step, profile
         self.step = -1  # the step under way, for on_step
         self.waited = self.posting = self.applied = 0.0
+        self.waits = self.paced = 0
 
     def begin(self, a: Action) -> None:
         """Tell ``on_step`` when ``a`` starts a new step."""
@@ -165,6 +169,7 @@ class _Call:
         t0 = self.clock()
         self._wait(handle, self.what(a))
         self.waited += self.clock() - t0
+        self.waits += 1
 
     def post(self, call: Post, buffer: torch.Tensor, peer: int) -> object:
         t0 = self.clock()
@@ -202,6 +207,8 @@ class _Call:
         self.profile.wait_s += self.waited
         self.profile.post_s += self.posting
         self.profile.apply_s += self.applied
+        self.profile.waits += self.waits
+        self.profile.paced += self.paced
 
 
 @dataclass(slots=True)
@@ -352,6 +359,7 @@ class Dataflow:
         if delay > 0:
             time.sleep(delay)
             self.call.waited += delay
+            self.call.paced += 1
 
     def finish(self) -> None:
         while self.posted:

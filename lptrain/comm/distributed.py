@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import math
 import re
 import weakref
 from collections.abc import Callable, Sequence
@@ -40,42 +39,25 @@ from lptrain.comm import liveness
 from lptrain.comm.checks import HALF_DTYPES, SUPPORTED_DTYPES, backend_dtypes, check_arguments, check_dtype
 from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_batched_steps, run_program
 from lptrain.comm.errors import CollectiveInputError
+from lptrain.comm.program import auto_segment_bytes as program_segment_bytes
+from lptrain.comm.program import pacing_rate
 from lptrain.comm.protocol import Tensors, wants
 from lptrain.comm.schedule import Schedule
 from lptrain.comm.sizes import parse_size
 from lptrain.comm.transport import LinkCost
 
-DEFAULT_SEGMENT = "auto"
-# "auto": a rank's whole share of the message (n / P) per message, within 1 MiB..4 MiB, and
-# no longer than the measured link carries in LINK_SEGMENT_SECONDS.
-# Each message costs some 70 to 90 us of CPU (Python, gloo's bookkeeping, two system calls)
-# and on two shared cores CPU time is what the ranks wait for: a 16 MiB ring allreduce over
-# 4 processes spent 74, 66 and 60 ms of CPU (all ranks) with 1, 2 and 4 MiB segments and
-# took 0.81, 0.89 and 0.93 of gloo's speed (2-core machine, 2026-12-03). Cutting a share finer only
-# overlaps one addition with the transfer, which a ring does not need (every rank sends
-# while it receives); 4 MiB keeps a tree's pipelining and the staging window bounded.
-# On a slow network the opposite holds: a message's cost is small beside its transfer, and
-# a 4 MiB segment holds a link for long (170 ms at 200 Mbit/s), which delays what queues
-# behind it (a tree's next hop, the peer's notice that a receive is posted); there the
-# segment is what the link carries in 10 ms, about a hundred times a message's CPU cost
-# (the link's measured alpha is no guide here: on a busy machine the fastest small exchange
-# waits for four processes to get a core, and read 3 ms where the quiet machine read 0.13).
-AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
-LINK_SEGMENT_SECONDS = 0.01
-MIN_LINK_SEGMENT_BYTES = 64 << 10
+DEFAULT_SEGMENT = "auto"  # lptrain.comm.program.auto_segment_bytes: the rule and its reasons
 DEFAULT_WINDOW = 16  # receives posted ahead
 
 
+def link_rate(link: LinkCost | None) -> float | None:
+    """The measured link's bytes per second, or None where none was measured."""
+    return None if link is None else 1.0 / link.beta_s_per_byte
+
+
 def auto_segment_bytes(nbytes: int, world_size: int, link: LinkCost | None = None) -> int:
-    """``segment_size=auto``: a rank's share of an ``nbytes`` message, within 1 MiB..4 MiB, and
-    on a measured ``link`` at most what it carries in ``LINK_SEGMENT_SECONDS`` (a power of
-    two, at least 64 KiB)."""
-    low, high = AUTO_SEGMENT_BYTES
-    share = min(max(nbytes // world_size, low), high)
-    if link is None:
-        return share
-    carried = LINK_SEGMENT_SECONDS / link.beta_s_per_byte
-    return min(share, max(MIN_LINK_SEGMENT_BYTES, 1 << max(0, math.ceil(math.log2(max(carried, 1))))))
+    """``segment_size=auto`` on the measured ``link`` (``lptrain.comm.program.auto_segment_bytes``)."""
+    return program_segment_bytes(nbytes, world_size, link_rate(link))
 
 
 def parse_segment_size(segment_size: int | str) -> int | None:
@@ -187,6 +169,7 @@ class DistributedCommunicator:
         # messages go as one batch there (run_batched_steps); gloo gets the dataflow
         self.batched_steps = self.backend == "nccl"
         self._seq = 0
+        self.desync_checks = 0  # small allreduces of fingerprints so far (one per collective, or per caller's unit)
         if self.world_size > 1:
             liveness.start()  # every process's heartbeat, for naming a peer that stops answering
         self._step_hook: Callable[[str, int], None] | None = None  # tests use it to inject faults
@@ -270,11 +253,19 @@ class DistributedCommunicator:
             "segment": self.segment_elements(tensor.numel(), tensor.element_size()),  # ranks must cut messages alike
         }
 
+    def agree(self, fingerprint: dict[str, Any]) -> None:
+        """The desync check on a caller's own ``fingerprint`` (with ``op`` and ``seq`` keys, for the
+        error): for a caller that checks once per unit of its own (the DDP hook: once per
+        training step) and builds the communicator with ``check_desync=False``."""
+        if self.world_size > 1:
+            self._agree(fingerprint)
+
     def _agree(self, mine: dict[str, Any]) -> None:
         """One small allreduce: the largest and the smallest hash of every rank's fingerprint.
         They differ only when the fingerprints do; then every rank gathers all of them to say how."""
         digest = int.from_bytes(hashlib.blake2b(repr(sorted(mine.items())).encode(), digest_size=7).digest(), "big")
         probe = torch.tensor([digest, -digest], dtype=torch.int64, device=self._probe_device())
+        self.desync_checks += 1
         try:
             dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=self.group)
         except Exception as err:  # a dead peer shows up here first
@@ -378,7 +369,7 @@ class DistributedCommunicator:
             irecv=lambda buf, peer: dist.irecv(buf, peers[peer], group=group),
             window=self.window,
             order=self.issue_order if isinstance(self.issue_order, str) else self.issue_order.get(schedule.op, "eager"),
-            drain_bytes_per_s=1.0 / self.link.beta_s_per_byte if self.link is not None else 0.0,
+            drain_bytes_per_s=pacing_rate(link_rate(self.link)),
             **common,
         )
 

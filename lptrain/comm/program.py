@@ -22,10 +22,18 @@ may overlap:
   last step's bytes still come in: the two would share the port, and the step that
   finishes last sets everyone's pace (``lptrain.sim.dataflow.run_dataflow`` counts such
   messages; docs/simulator.md shows BE's).
+
+How large the segments are and whether sends are paced follow the link as measured at
+start (``auto_segment_bytes``, ``pacing_rate``), for both as well: on a slow link a
+message's CPU cost is small beside its transfer, so messages are cut to what the link
+carries in 10 ms and sends are paced at its rate; on a fast one (loopback, shared memory)
+the CPU sets the time, so a message is a rank's share of a step (1 to 4 MiB) and nothing is
+paced.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -33,6 +41,57 @@ from typing import TypeVar
 from lptrain.comm.schedule import Kind, Schedule
 
 T = TypeVar("T")
+
+# Without a measured link: a rank's share of the message (n / P) per message, within 1..4 MiB.
+# Each message costs some 70 to 90 us of CPU (Python, gloo's bookkeeping, two system calls)
+# and on two shared cores CPU time is what the ranks wait for: a 16 MiB ring allreduce over
+# 4 processes spent 74, 66 and 60 ms of CPU (all ranks) with 1, 2 and 4 MiB segments and
+# took 0.81, 0.89 and 0.93 of gloo's speed (2-core machine, 2026-12-03). Cutting a share finer
+# only overlaps one addition with the transfer, which a ring does not need (every rank sends
+# while it receives); 4 MiB keeps a tree's pipelining and the staging window bounded.
+AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
+# A slow link: a message's cost is small beside its transfer, and a 4 MiB segment holds a
+# link for long (170 ms at 200 Mbit/s), which delays what queues behind it (a tree's next
+# hop, the peer's notice that a receive is posted); there the segment is what the link
+# carries in 10 ms, about a hundred times a message's CPU cost (the link's measured alpha is
+# no guide here: on a busy machine the fastest small exchange waits for four processes to
+# get a core, and read 3 ms where the quiet machine read 0.13).
+LINK_SEGMENT_SECONDS = 0.01
+MIN_LINK_SEGMENT_BYTES = 64 << 10
+# A fast link: one that moves bytes at least about as fast as a core adds float32 arrays
+# (about 2 GB/s here; loopback gloo measured 1.3 to 3.6 GB/s, a 10 Gbit/s port is 1.25) leaves
+# the CPU, not the link, setting the time, and no queue builds up on it that pacing would have
+# to drain: sends are not paced there, and a segment is the share within 1..4 MiB. Whole
+# steps as one message (the share up to 64 MiB) were tried there: a 64 MiB allreduce over 4
+# loopback processes (more ranks than cores) gained 5 to 7% (ring 128 -> 122 ms, LP 148 ->
+# 138), but over 2 processes it lost 17% (ring 40 -> 49 ms), the addition of a whole share no
+# longer overlapping the transfer of the next segment (2-core machine, 2026-12-05, 8 calls each).
+FAST_LINK_BYTES_PER_S = 500e6
+
+
+def fast_link(bytes_per_s: float | None) -> bool:
+    """Whether a link measured at ``bytes_per_s`` (None: not measured) is fast enough that the
+    CPU, not the link, sets the time (``FAST_LINK_BYTES_PER_S``)."""
+    return bytes_per_s is not None and bytes_per_s >= FAST_LINK_BYTES_PER_S
+
+
+def auto_segment_bytes(nbytes: int, world_size: int, bytes_per_s: float | None = None) -> int:
+    """Bytes per message of an ``nbytes`` collective with ``segment_size=auto``, on a link
+    measured at ``bytes_per_s`` (None: not measured): a rank's share within 1..4 MiB; on a slow
+    link at most what it carries in ``LINK_SEGMENT_SECONDS`` (a power of two, at least 64 KiB);
+    on a fast one the share (the constants above say why)."""
+    low, high = AUTO_SEGMENT_BYTES
+    share = min(max(nbytes // world_size, low), high)
+    if bytes_per_s is None or fast_link(bytes_per_s):
+        return share
+    carried = max(LINK_SEGMENT_SECONDS * bytes_per_s, 1)
+    return min(share, max(MIN_LINK_SEGMENT_BYTES, 1 << max(0, math.ceil(math.log2(carried)))))
+
+
+def pacing_rate(bytes_per_s: float | None) -> float:
+    """The rate the ``ports`` and ``steps`` orders pace sends at on a link measured at
+    ``bytes_per_s``: the link's own on a slow link, 0 (no pacing) on a fast one or none measured."""
+    return 0.0 if bytes_per_s is None or fast_link(bytes_per_s) else bytes_per_s
 
 
 @dataclass(frozen=True, slots=True)

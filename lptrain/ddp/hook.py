@@ -9,8 +9,16 @@ bucket's shape: the average over the processes. The hook hands the bucket to the
 one worker thread (``OrderedWorker``: every rank runs its buckets in the order DDP asked,
 while backward continues) and returns the future; the thread runs lptrain's
 ``DistributedCommunicator`` (the algorithm's schedule over the default group's gloo or NCCL
-point-to-point messages, its timeouts, named errors and desync check) and sets the result
-once. Averaging is DDP's own: the bucket is divided by the number of processes, then
+point-to-point messages, its timeouts and named errors) and sets the result once. The last
+bucket of a step is ready when backward is over, so nothing is left to overlap: it runs on
+the calling thread once the buckets before it are done, a hand-off fewer per step.
+
+The desync check (one small allreduce of a fingerprint) runs once per training step, with
+the step's first bucket, not once per bucket: its fingerprint holds the step's number, the
+first bucket's size and dtype, and the sizes of every bucket of the step before, so ranks
+that disagree on the model or its bucketing stop with a ``DesyncError`` at the next step.
+
+Averaging is DDP's own: the bucket is divided by the number of processes, then
 summed. With ``grad_dtype`` bf16 or fp16 the bucket travels in that dtype (summed in
 float32 by the communicator) and is cast back, as ``comm.grad_dtype`` does in the trainer.
 On GPUs the future is a CUDA future: the thread waits for backward's stream to have
@@ -57,9 +65,12 @@ class LPHookState:
                 f"unknown grad_dtype {grad_dtype!r} for lptrain.ddp; valid: {', '.join(GRAD_DTYPES)}"
             )
         group = process_group if process_group is not None else dist.group.WORLD
-        self.comm = build_communicator(
-            algo, process_group=group, timeout_s=timeout_s, check_desync=check_desync, **options
-        )
+        # the communicator checks nothing itself: the hook checks once per step (module docstring)
+        self.comm = build_communicator(algo, process_group=group, timeout_s=timeout_s, check_desync=False, **options)
+        self.check_desync = bool(check_desync)
+        self.steps = 0  # training steps whose first bucket was issued
+        self._sizes: list[int] = []  # the bytes of this step's buckets so far
+        self._last_sizes: tuple[int, ...] = ()  # those of the step before
         self.algo, self.grad_dtype = algo, GRAD_DTYPES[grad_dtype]
         self.world_size = self.comm.world_size
         self.worker = OrderedWorker(f"lptrain-ddp-{algo}")
@@ -85,6 +96,26 @@ class LPHookState:
             )
 
 
+    def fingerprint(self, bucket: dist.GradBucket, nbytes: int) -> dict[str, Any] | None:
+        """The step's fingerprint at its first bucket (None at the others); records the bucket's size."""
+        first = bucket.index() == 0
+        if first:
+            self._sizes = []
+            self.steps += 1
+        self._sizes.append(nbytes)
+        if bucket.is_last():
+            self._last_sizes = tuple(self._sizes)
+        if not (first and self.check_desync):
+            return None
+        return {
+            "op": "the allreduces of DDP step",
+            "seq": self.steps - 1,
+            "algorithm": self.algo,
+            "first bucket": (nbytes, str(self.grad_dtype)),
+            "buckets of the step before": self._last_sizes,
+        }
+
+
 def state(algo: str = "lp", **options: Any) -> LPHookState:
     """The state to register with ``hook``: ``algo`` (lp, mst, be, ring; nccl: the backend's
     own allreduce; auto: chosen per bucket size, with ``topology`` a model, declared racks
@@ -107,9 +138,12 @@ def hook(state: LPHookState, bucket: dist.GradBucket) -> torch.futures.Future[to
     future: torch.futures.Future[torch.Tensor] = torch.futures.Future(devices=[buffer.device] if cuda else None)
     ready = state.side.mark(buffer.device)  # backward has queued the bucket's gradients, not finished them
     index, nbytes = bucket.index(), buffer.numel() * state.grad_dtype.itemsize
+    check = state.fingerprint(bucket, nbytes)
 
     def average() -> None:
         try:
+            if check is not None:
+                state.comm.agree(check)
             with state.side.after(buffer.device, ready), collective_range("allreduce", state.algo, nbytes, index):
                 sent = buffer if buffer.dtype == state.grad_dtype else buffer.to(state.grad_dtype)
                 sent.div_(state.world_size)  # as DDP's allreduce_hook: divide, then sum
@@ -121,7 +155,8 @@ def hook(state: LPHookState, bucket: dist.GradBucket) -> torch.futures.Future[to
             future.set_exception(err)
             raise
 
-    submitted = state.worker.submit(average)
+    # the last bucket: backward is over, nothing to overlap; run it here once the others are done
+    submitted = state.worker.run_here(average) if bucket.is_last() else state.worker.submit(average)
     submitted.add_done_callback(_fail_into(future))
     # Python's set_exception stores the error as the future's value, which DDP's C++ side
     # would try to read as a tensor ("Unable to cast ... to Tensor"); a then() whose callback

@@ -10,10 +10,15 @@ completes each future by setting its result, and callbacks run on it only to for
 
 After a failure every later job fails at once with the first error instead of waiting
 out its own timeout on peers that have already stopped.
+
+A job the caller would wait for anyway (DDP's last bucket: backward is over once it is
+ready) can run on the caller's own thread instead (``run_here``), once the jobs before it
+are done: the same order, one hand-off to the thread and back fewer.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
@@ -28,25 +33,40 @@ class OrderedWorker:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
         self._failed: BaseException | None = None
         self._lock = threading.Lock()
+        self._last: Future | None = None  # the job submitted last
+        self.handoffs = 0  # jobs handed to the thread
 
     @property
     def failed(self) -> BaseException | None:
         return self._failed
 
     def submit(self, job: Callable[[], Any]) -> Future:
-        """Run ``job`` after every job submitted before it; its result or error in the future."""
+        """Run ``job`` on the thread after every job submitted before it; its result or error in the future."""
+        self.handoffs += 1
+        self._last = self._pool.submit(self._guarded, job)
+        return self._last
 
-        def run() -> Any:
-            if self._failed is not None:
-                raise self._failed
-            try:
-                return job()
-            except BaseException as err:
-                with self._lock:
-                    self._failed = self._failed or err
-                raise
+    def run_here(self, job: Callable[[], Any]) -> Future:
+        """Run ``job`` on the calling thread once every job submitted before it is done; its
+        result or error in a future that is already complete."""
+        if self._last is not None:
+            concurrent.futures.wait([self._last])  # its error, if any, is in self._failed
+        done: Future = Future()
+        try:
+            done.set_result(self._guarded(job))
+        except BaseException as err:  # noqa: BLE001 - handed to the future, as the thread's jobs are
+            done.set_exception(err)
+        return done
 
-        return self._pool.submit(run)
+    def _guarded(self, job: Callable[[], Any]) -> Any:
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return job()
+        except BaseException as err:
+            with self._lock:
+                self._failed = self._failed or err
+            raise
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

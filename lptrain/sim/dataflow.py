@@ -34,7 +34,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lptrain.comm.program import Action, IssuePolicy, issue_policy, rank_program
+from lptrain.comm.program import Action, IssuePolicy, auto_segment_bytes, issue_policy, rank_program
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.topology import Link, Topology
 
@@ -307,15 +307,35 @@ def run_dataflow(
     return DataflowRun(seconds, simulation.shared_arrivals)
 
 
+def measured_rate(topology: Topology) -> float:
+    """The link rate the executor would measure at start on ``topology``: every rank's exchange
+    with the next rank of a ring, the slowest (``lptrain.comm.transport.measure_link``)."""
+    p = topology.world_size
+    return min(link.bandwidth for r in range(p) for link in topology.route(r, (r + 1) % p))
+
+
+def auto_segment(schedule: Schedule, topology: Topology, itemsize: int = 4) -> int:
+    """Elements per message of the executor's ``segment_size=auto`` on ``topology``: the same
+    rule as the executor's (``lptrain.comm.program.auto_segment_bytes``) on the rate it would
+    measure, so the simulator cuts messages where the executor does."""
+    nbytes = schedule.count * itemsize
+    return max(1, auto_segment_bytes(nbytes, schedule.world_size, measured_rate(topology)) // itemsize)
+
+
 def simulate_dataflow(
     schedule: Schedule,
     topology: Topology,
-    segment: int,
+    segment: int | str,
     itemsize: int = 4,
     order: str = "eager",
     window: int = WINDOW,
 ) -> float:
     """Seconds the multi-process executor takes for ``schedule`` on ``topology`` with
-    ``segment``-element messages, the algorithm's issue ``order`` (see the module
-    docstring and ``lptrain.comm.program.ISSUE_ORDERS``) and ``window`` receives posted ahead."""
+    ``segment``-element messages (``"auto"``: as the executor cuts them, ``auto_segment``),
+    the algorithm's issue ``order`` (see the module docstring and
+    ``lptrain.comm.program.ISSUE_ORDERS``) and ``window`` receives posted ahead."""
+    if segment == "auto":
+        segment = auto_segment(schedule, topology, itemsize)
+    if not isinstance(segment, int):
+        raise ValueError(f"segment must be a number of elements or 'auto', got {segment!r}")
     return run_dataflow(schedule, topology, segment, itemsize, order, window).seconds

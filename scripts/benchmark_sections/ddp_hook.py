@@ -56,7 +56,9 @@ def render(r: dict) -> list[str]:
         [
             "- With 2 processes LP's chain is a single exchange, the same transfers as gloo's allreduce; lptrain's "
             "schedules run them as gloo point-to-point messages from Python on the hook's thread, beside backward on "
-            "the same 2 cores."
+            "the same 2 cores. Every bucket "
+            "but the last goes to the hook's thread (the last is ready when backward is over and runs on the calling "
+            "thread), and the desync check is one small allreduce per step, not per bucket."
         ]
         if r["nproc"] == 2
         else []

@@ -104,6 +104,16 @@ def render(r: dict) -> list[str]:
             + "."
         )
     reading.append(
+        "- Per allreduce call and rank (the executor's own profile, `scripts/profile_dist.py`): on a link measured"
+        " at 500 MB/s or more, loopback here, a message is a rank's share n/P within 1 to 4 MiB and no send is "
+        "paced. The ring's 2(P - 1) steps then take 8 messages (sends and receives) at 16M and 32 at 64M with 2 "
+        "processes, 12 and 48 with 4 (LP with 4: 8 at its ends, 16 in the middle at 16M; 32 and 64 at 64M), each "
+        "waited for once, none paced; gloo's ring moves the same 2(P - 1) chunks per rank from C++. Each step as "
+        "one message (4 with 2 processes, 12 with 4) was tried: with 4 processes it gained 5 to 7% at 64M (more "
+        "ranks than cores: fewer messages, less CPU), with 2 it lost 17% (the addition of a whole share no longer "
+        "overlaps the next transfer), so the 4 MiB bound stays."
+    )
+    reading.append(
         "- On loopback every link is the same memory bus and, with 4 processes, the ranks take turns on the 2 cores: "
         "LP's advantage (every link of its chain busy at once) cannot show here. These figures rank the executors' "
         "overheads (lptrain's schedules as gloo point-to-point messages driven from Python, gloo's allreduce in C++); "
