@@ -95,7 +95,6 @@ class LPHookState:
                 "(lptrain.ddp.state(...) for each register_comm_hook)"
             )
 
-
     def fingerprint(self, bucket: dist.GradBucket, nbytes: int) -> dict[str, Any] | None:
         """The step's fingerprint at its first bucket (None at the others); records the bucket's size."""
         first = bucket.index() == 0
