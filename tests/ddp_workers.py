@@ -76,7 +76,7 @@ def hook_counts(steps: int, rank: int) -> dict[str, int]:
         return lptrain.ddp.hook(state, bucket)
 
     train(steps, rank, lambda m: m.register_comm_hook(st, counting))
-    return {"steps": steps, "buckets": buckets[0], "checks": st.comm.desync_checks, "handoffs": st.worker.handoffs}
+    return {"steps": steps, "buckets": buckets[0], "checks": st.desync_checks, "handoffs": st.worker.handoffs}
 
 
 def one_line_error(run) -> str:

@@ -254,30 +254,13 @@ class DistributedCommunicator:
         }
 
     def agree(self, fingerprint: dict[str, Any]) -> None:
-        """The desync check on a caller's own ``fingerprint`` (with ``op`` and ``seq`` keys, for the
-        error): for a caller that checks once per unit of its own (the DDP hook: once per
-        training step) and builds the communicator with ``check_desync=False``."""
+        """The desync check on a caller's own ``fingerprint`` (``check_agreement``)."""
         if self.world_size > 1:
             self._agree(fingerprint)
 
     def _agree(self, mine: dict[str, Any]) -> None:
-        """One small allreduce: the largest and the smallest hash of every rank's fingerprint.
-        They differ only when the fingerprints do; then every rank gathers all of them to say how."""
-        digest = int.from_bytes(hashlib.blake2b(repr(sorted(mine.items())).encode(), digest_size=7).digest(), "big")
-        probe = torch.tensor([digest, -digest], dtype=torch.int64, device=self._probe_device())
         self.desync_checks += 1
-        try:
-            dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=self.group)
-        except Exception as err:  # a dead peer shows up here first
-            raise peer_failure(
-                f"rank {self.rank}: the desync check before {mine['op']} #{mine['seq']} ({self.name}) failed", err
-            ) from err
-        if probe.tolist() == [digest, -digest]:
-            return
-        everyone: list = [None] * self.world_size
-        dist.all_gather_object(everyone, mine, group=self.group)
-        sides = "\n".join(f"  rank {r}: {f}" for r, f in enumerate(everyone))
-        raise DesyncError(f"rank {self.rank}: the ranks called different collectives (#{mine['seq']}):\n{sides}")
+        check_agreement(self.group, mine, self.rank, self.world_size, f"{self.name}", self._probe_device())
 
     def _probe_device(self) -> torch.device:
         if self.backend == "nccl":
@@ -381,3 +364,26 @@ class DistributedCommunicator:
         else:
             w = dist.broadcast(work, src=self._peer(root), group=self.group, async_op=True)
         self._wait(w, f"the backend's {op}", fingerprint)
+
+
+def check_agreement(
+    group: dist.ProcessGroup, mine: dict[str, Any], rank: int, world_size: int, name: str, device: torch.device
+) -> None:
+    """The desync check: one small allreduce of the largest and the smallest hash of every
+    rank's ``fingerprint`` (with ``op`` and ``seq`` keys, for the error). They differ only when
+    the fingerprints do; then every rank gathers all of them to say how (``DesyncError``). For
+    the communicators' own check per collective, and for a caller that checks once per unit
+    of its own (the DDP hook: once per training step, whatever algorithm it runs)."""
+    digest = int.from_bytes(hashlib.blake2b(repr(sorted(mine.items())).encode(), digest_size=7).digest(), "big")
+    probe = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
+    try:
+        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
+    except Exception as err:  # a dead peer shows up here first
+        what = f"rank {rank}: the desync check before {mine['op']} #{mine['seq']} ({name}) failed"
+        raise peer_failure(what, err) from err
+    if probe.tolist() == [digest, -digest]:
+        return
+    everyone: list = [None] * world_size
+    dist.all_gather_object(everyone, mine, group=group)
+    sides = "\n".join(f"  rank {r}: {f}" for r, f in enumerate(everyone))
+    raise DesyncError(f"rank {rank}: the ranks called different collectives (#{mine['seq']}):\n{sides}")

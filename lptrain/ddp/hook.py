@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from lptrain.comm.algorithms import SCHEDULES
+from lptrain.comm.distributed import check_agreement
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.ranges import collective_range
 from lptrain.communicators import build_communicator
@@ -68,6 +69,8 @@ class LPHookState:
         # the communicator checks nothing itself: the hook checks once per step (module docstring)
         self.comm = build_communicator(algo, process_group=group, timeout_s=timeout_s, check_desync=False, **options)
         self.check_desync = bool(check_desync)
+        self.group = group
+        self.desync_checks = 0  # small allreduces of step fingerprints so far
         self.steps = 0  # training steps whose first bucket was issued
         self._sizes: list[int] = []  # the bytes of this step's buckets so far
         self._last_sizes: tuple[int, ...] = ()  # those of the step before
@@ -94,6 +97,14 @@ class LPHookState:
                 "this lptrain.ddp state is registered on a second DDP model; make one state per model "
                 "(lptrain.ddp.state(...) for each register_comm_hook)"
             )
+
+    def agree(self, check: dict[str, Any]) -> None:
+        """The step's desync check across the group, whatever communicator runs the buckets."""
+        if self.world_size > 1:
+            self.desync_checks += 1
+            nccl = dist.get_backend(self.group) == "nccl"
+            device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+            check_agreement(self.group, check, dist.get_rank(self.group), self.world_size, self.algo, device)
 
     def fingerprint(self, bucket: dist.GradBucket, nbytes: int) -> dict[str, Any] | None:
         """The step's fingerprint at its first bucket (None at the others); records the bucket's size."""
@@ -142,7 +153,7 @@ def hook(state: LPHookState, bucket: dist.GradBucket) -> torch.futures.Future[to
     def average() -> None:
         try:
             if check is not None:
-                state.comm.agree(check)
+                state.agree(check)
             with state.side.after(buffer.device, ready), collective_range("allreduce", state.algo, nbytes, index):
                 sent = buffer if buffer.dtype == state.grad_dtype else buffer.to(state.grad_dtype)
                 sent.div_(state.world_size)  # as DDP's allreduce_hook: divide, then sum
