@@ -79,6 +79,14 @@ def hook_counts(steps: int, rank: int) -> dict[str, int]:
     return {"steps": steps, "buckets": buckets[0], "checks": st.desync_checks, "handoffs": st.worker.handoffs}
 
 
+def hook_desync(rank: int) -> str:
+    """The hook's step check when the ranks' steps disagree (rank 0 saw other buckets in the
+    step before): the error every rank gets."""
+    st = lptrain.ddp.state(algo="ring")
+    check = {"op": "the allreduces of DDP step", "seq": 3, "buckets of the step before": (64, 64 + rank)}
+    return one_line_error(lambda: st.agree(check))
+
+
 def one_line_error(run) -> str:
     try:
         run()
@@ -239,6 +247,7 @@ def main() -> None:
     found["hook"]["auto"] = train(args.steps, rank, lambda m: m.register_comm_hook(auto, lptrain.ddp.hook))
     found["auto_choice"] = auto.comm.describe("choice")
     found["counts"] = hook_counts(args.steps, rank)
+    found["hook_desync"] = hook_desync(rank)
     found["refusals"] = refusals(dist.new_group(backend="lptrain_lp"))
     found["shared_state"] = shared_state(rank)
     if rank == 0:

@@ -65,6 +65,13 @@ def test_the_hook_checks_for_desync_once_per_step_and_runs_the_last_bucket_itsel
     assert counts["handoffs"] == buckets - steps, counts
 
 
+def test_ranks_whose_steps_disagree_stop_with_a_desync_error_naming_the_step(found):
+    """The hook checks once per step: a step whose buckets differed across ranks is named."""
+    text = found["hook_desync"]
+    assert text.startswith("DesyncError: rank 0: the ranks called different collectives (#3)"), text
+    assert "the allreduces of DDP step" in text, text
+
+
 def test_the_hook_in_bf16_trains_as_ddps_bf16_compression_hook(found):
     """grad_dtype=bf16: the bucket travels in bf16, summed in float32 and rounded once; DDP's
     bf16_compress_hook sums in bf16. At 2 processes both round a+b once: the same bits; at 3
