@@ -4,6 +4,8 @@ trainer: the same network, batch and steps under torchrun, in one run.
     python scripts/bench_ddp_hook.py                         # alexnet, 10 steps, 2 processes on loopback
     python scripts/bench_ddp_hook.py --steps 6 --repeats 2 --json hook.json
     python scripts/bench_ddp_hook.py --cluster "--nodes 4 --link 200mbit"   # root: emulated nodes
+    python scripts/bench_ddp_hook.py --recipe googlenet --variants native,hook:auto \\
+        --cluster "--nodes 8 --layout racks --link 200mbit --uplink 100mbit"   # auto on thin uplinks
 
 The variants, one after the other, interleaved over ``--repeats`` rounds (the best of each
 is printed): DDP native (gloo's allreduce on DDP's 25 MiB buckets, ``scripts/ddp_recipe.py``),
@@ -33,6 +35,7 @@ LABELS = {
     "hook:ring": "DDP + lptrain.ddp hook ring",
     "backend:lp": "DDP on backend lptrain_lp",
     "trainer:lp": "lptrain trainer comm=lp",
+    "hook:auto": "DDP + lptrain.ddp hook auto",
 }
 
 
@@ -44,8 +47,10 @@ def launcher(nproc: int, cluster: str | None) -> list[str]:
     return [*launch.lptrain_cluster(*shlex.split(cluster)), sys.executable]
 
 
-def ddp(run: list[str], recipe: str, steps: int, comm: str, bucket_mb: float) -> float | None:
+def ddp(run: list[str], recipe: str, steps: int, comm: str, bucket_mb: float, topology: str | None) -> float | None:
     command = [*run, str(DDP_RECIPE), "--recipe", recipe, "--steps", str(steps)]
+    if comm == "hook:auto" and topology:
+        command += ["--topology", topology]
     result = launch.json_result([*command, "--comm", comm, "--bucket-mb", str(bucket_mb)])
     return result["train_s"] if result else None
 
@@ -73,6 +78,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--cluster", default=None, help="lptrain-cluster's options: each run across emulated nodes")
+    p.add_argument("--topology", default="probe", help="what hook:auto prices on (default: probe, measured at start)")
     p.add_argument("--json", metavar="FILE", help="also write every round's times as JSON to FILE")
     args = p.parse_args()
     run = launcher(args.nproc, args.cluster)
@@ -85,7 +91,7 @@ def main() -> None:
                 if kind == "trainer":
                     took = trainer(run, args.recipe, args.steps, algo, args.bucket_mb, Path(tmp))
                 else:
-                    took = ddp(run, args.recipe, args.steps, v, args.bucket_mb)
+                    took = ddp(run, args.recipe, args.steps, v, args.bucket_mb, args.topology)
                 if took is not None:
                     rounds[v].append(took)
     best = {v: min(times) for v, times in rounds.items() if times}

@@ -50,7 +50,14 @@ def main() -> None:
     p.add_argument("--recipe", required=True, help="alexnet, googlenet or vgg16")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (default: DDP's own, 25)")
-    p.add_argument("--comm", default="native", help="native, hook:ALGO or backend:ALGO (ALGO: lp, mst, be, ring)")
+    p.add_argument(
+        "--comm", default="native", help="native, hook:ALGO or backend:ALGO (ALGO: lp, mst, be, ring; hook:auto too)"
+    )
+    p.add_argument(
+        "--topology",
+        default=None,
+        help="with hook:auto, what auto prices on: probe (measured at start), declared racks (racks:2@1/2) or a model",
+    )
     p.add_argument("--profile", default=None, help="steps to profile, A-B counted from 1 (default: none)")
     p.add_argument("--trace", default="ddp_trace.json", help="where --profile writes rank 0's Chrome trace")
     args = p.parse_args()
@@ -65,7 +72,9 @@ def main() -> None:
     if args.comm.startswith("hook:"):
         import lptrain.ddp
 
-        ddp.register_comm_hook(lptrain.ddp.state(algo=args.comm.removeprefix("hook:")), lptrain.ddp.hook)
+        algo = args.comm.removeprefix("hook:")
+        options = {"topology": args.topology} if algo == "auto" and args.topology else {}
+        ddp.register_comm_hook(lptrain.ddp.state(algo=algo, **options), lptrain.ddp.hook)
     profiled = parse_step_range(args.profile)
     profiler = StepProfiler(profiled, Path(args.trace).parent, rank, cuda=False) if profiled and rank == 0 else None
     opt = torch.optim.SGD(ddp.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
