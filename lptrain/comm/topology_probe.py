@@ -21,11 +21,12 @@ waiting for a core only ever adds time.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from lptrain.comm.transport import timed_exchange
 
 PROBE_BYTES = 1 << 20
 FAST = 0.6  # a pair at this fraction of the fastest pair's rate or more runs at a port's rate
@@ -132,18 +133,6 @@ def group_racks(rates: list[list[float]], rounds: list[list[tuple[int, int]]], f
     return Racks(tuple(tuple(g) for g in groups), port, uplink, "pairs across racks share a slower link")
 
 
-def _exchange(out: torch.Tensor, into: torch.Tensor, peer: int, group) -> float:
-    """Send to ``peer`` while receiving from it, posted as one batch (as NCCL needs)."""
-    global_peer = dist.get_global_rank(group, peer)
-    ops = [dist.P2POp(dist.irecv, into, global_peer, group), dist.P2POp(dist.isend, out, global_peer, group)]
-    began = time.perf_counter()
-    for work in dist.batch_isend_irecv(ops):
-        work.wait()
-    if into.is_cuda:
-        torch.cuda.synchronize(into.device)
-    return time.perf_counter() - began
-
-
 def pair_rates(group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int = 2) -> list[list[float]]:
     """Every rank together: the round robin of pairs, each exchanging ``nbytes`` both ways at
     once with the rest of its round; the same matrix of rates (bytes per second) on every rank."""
@@ -155,12 +144,12 @@ def pair_rates(group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int
     for pairs in pair_rounds(world):
         peer = next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
         if peer is not None:
-            _exchange(tiny, tiny_in, peer, group)  # a first message pays for the connection
+            timed_exchange(tiny, tiny_in, peer, peer, group)  # a first message pays for the connection
         best = float("inf")
         for _ in range(reps):
             dist.barrier(group=group)  # the round's pairs start together
             if peer is not None:
-                best = min(best, _exchange(out, into, peer, group))
+                best = min(best, timed_exchange(out, into, peer, peer, group))
         if peer is not None:
             took[rank, peer] = best
     shared = took.to(device)

@@ -51,14 +51,14 @@ def link_cost(small_s: float, large_s: float, large_bytes: int = LARGE_BYTES) ->
     return LinkCost(alpha, max(moving, 1e-9) / large_bytes)
 
 
-def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group) -> float:
-    """Send to the next rank while receiving from the previous one, posted as one batch: on
-    NCCL, unbatched operations run one after the other on one stream, and a receive posted
-    first on every rank would wait forever for a send queued behind the peer's receive."""
-    nxt, prev = (rank + 1) % world, (rank - 1) % world
+def timed_exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, send_to: int, receive_from: int, group) -> float:
+    """Send ``buf_out`` to rank ``send_to`` of ``group`` while receiving ``buf_in`` from
+    ``receive_from``, posted as one batch: on NCCL, unbatched operations run one after the
+    other on one stream, and a receive posted first on every rank would wait forever for a
+    send queued behind the peer's receive. Seconds until both are done."""
     ops = [
-        dist.P2POp(dist.irecv, buf_in, dist.get_global_rank(group, prev), group),
-        dist.P2POp(dist.isend, buf_out, dist.get_global_rank(group, nxt), group),
+        dist.P2POp(dist.irecv, buf_in, dist.get_global_rank(group, receive_from), group),
+        dist.P2POp(dist.isend, buf_out, dist.get_global_rank(group, send_to), group),
     ]
     began = time.perf_counter()
     for work in dist.batch_isend_irecv(ops):
@@ -66,6 +66,11 @@ def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int
     if buf_in.is_cuda:
         torch.cuda.synchronize(buf_in.device)
     return time.perf_counter() - began
+
+
+def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group) -> float:
+    """The link measurement's exchange: to the next rank, from the previous one."""
+    return timed_exchange(buf_out, buf_in, (rank + 1) % world, (rank - 1) % world, group)
 
 
 def measure_link(group, device: torch.device, reps: int = 9, small_reps: int = 30) -> LinkCost:
