@@ -162,10 +162,10 @@ def test_a_precision_the_cpu_cannot_run_is_refused(tmp_path, monkeypatch):
 
 
 # Every algorithm is checked bitwise with and without overlap in one process above; across
-# processes lp (eager issue order) and ring (the backend's own algorithm) run by default and
-# the other two with the slow tests (pytest -m slow), to keep CI within its time.
+# processes lp (eager issue order) runs by default and the other three with the slow tests
+# (pytest -m slow), to keep CI within its time.
 @pytest.mark.parametrize(
-    "comm", ["lp", pytest.param("mst", marks=pytest.mark.slow), pytest.param("be", marks=pytest.mark.slow), "ring"]
+    "comm", ["lp", *(pytest.param(algo, marks=pytest.mark.slow) for algo in ("mst", "be", "ring"))]
 )
 def test_overlap_under_torchrun_gives_the_same_parameters(tmp_path, comm):
     def run(overlap: bool) -> torch.Tensor:
