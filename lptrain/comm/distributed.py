@@ -260,12 +260,7 @@ class DistributedCommunicator:
 
     def _agree(self, mine: dict[str, Any]) -> None:
         self.desync_checks += 1
-        check_agreement(self.group, mine, self.rank, self.world_size, f"{self.name}", self._probe_device())
-
-    def _probe_device(self) -> torch.device:
-        if self.backend == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        check_agreement(self.group, mine, self.rank, self.world_size, self.name)
 
     def _collective(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
         self._check(op, tensor, root, how)
@@ -366,15 +361,15 @@ class DistributedCommunicator:
         self._wait(w, f"the backend's {op}", fingerprint)
 
 
-def check_agreement(
-    group: dist.ProcessGroup, mine: dict[str, Any], rank: int, world_size: int, name: str, device: torch.device
-) -> None:
+def check_agreement(group: dist.ProcessGroup, mine: dict[str, Any], rank: int, world_size: int, name: str) -> None:
     """The desync check: one small allreduce of the largest and the smallest hash of every
     rank's ``fingerprint`` (with ``op`` and ``seq`` keys, for the error). They differ only when
     the fingerprints do; then every rank gathers all of them to say how (``DesyncError``). For
     the communicators' own check per collective, and for a caller that checks once per unit
     of its own (the DDP hook: once per training step, whatever algorithm it runs)."""
     digest = int.from_bytes(hashlib.blake2b(repr(sorted(mine.items())).encode(), digest_size=7).digest(), "big")
+    nccl = dist.get_backend(group) == "nccl"  # NCCL reduces only tensors on the current GPU
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
     probe = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
     try:
         dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)

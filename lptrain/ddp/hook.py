@@ -102,9 +102,7 @@ class LPHookState:
         """The step's desync check across the group, whatever communicator runs the buckets."""
         if self.world_size > 1:
             self.desync_checks += 1
-            nccl = dist.get_backend(self.group) == "nccl"
-            device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-            check_agreement(self.group, check, dist.get_rank(self.group), self.world_size, self.algo, device)
+            check_agreement(self.group, check, dist.get_rank(self.group), self.world_size, self.algo)
 
     def fingerprint(self, bucket: dist.GradBucket, nbytes: int) -> dict[str, Any] | None:
         """The step's fingerprint at its first bucket (None at the others); records the bucket's size."""
