@@ -172,7 +172,13 @@ def test_the_documents_hold_commands_and_every_one_has_a_rule(tmp_path):
     assert [c.text for c in bash_commands("README.md", sample)] == ["lptrain a=1 b=2", "lptrain-bench --help"]
 
 
-@pytest.mark.parametrize("document", DOCUMENTS)
+# The training guide runs or composes eighteen commands (about 90 s): with the slow tests, to keep CI short.
+SLOW_DOCUMENTS = {"docs/training.md"}
+
+
+@pytest.mark.parametrize(
+    "document", [pytest.param(d, marks=pytest.mark.slow) if d in SLOW_DOCUMENTS else d for d in DOCUMENTS]
+)
 def test_the_commands_of_a_document_run_from_a_clean_checkout(document, checkout, tmp_path):
     commands = [c for c in bash_commands(document, (checkout / document).read_text()) if not SET_UP.match(c.text)]
     if not commands:
