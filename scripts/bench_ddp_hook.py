@@ -36,6 +36,7 @@ LABELS = {
     "backend:lp": "DDP on backend lptrain_lp",
     "trainer:lp": "lptrain trainer comm=lp",
     "hook:auto": "DDP + lptrain.ddp hook auto",
+    "trainer:auto": "lptrain trainer comm=auto",
 }
 
 
@@ -55,7 +56,9 @@ def ddp(run: list[str], recipe: str, steps: int, comm: str, bucket_mb: float, to
     return result["train_s"] if result else None
 
 
-def trainer(run: list[str], recipe: str, steps: int, algo: str, bucket_mb: float, work: Path) -> float | None:
+def trainer(
+    run: list[str], recipe: str, steps: int, algo: str, bucket_mb: float, work: Path, topology: str | None
+) -> float | None:
     run_dir = work / f"{algo}-{len(list(work.iterdir()))}"
     overrides = [
         f"+recipe={recipe}",
@@ -65,6 +68,8 @@ def trainer(run: list[str], recipe: str, steps: int, algo: str, bucket_mb: float
         "trainer.overlap=true",
         f"trainer.bucket_mb={bucket_mb}",
     ]
+    if algo == "auto" and topology:
+        overrides.append(f"comm.options.topology={topology}")
     summary = launch.lptrain_summary(run, run_dir, *overrides)
     return summary["train_s"] if summary else None
 
@@ -78,7 +83,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--cluster", default=None, help="lptrain-cluster's options: each run across emulated nodes")
-    p.add_argument("--topology", default="probe", help="what hook:auto prices on (default: probe, measured at start)")
+    p.add_argument("--topology", default="probe", help="what the auto variants price on (default: probe)")
     p.add_argument("--json", metavar="FILE", help="also write every round's times as JSON to FILE")
     args = p.parse_args()
     run = launcher(args.nproc, args.cluster)
@@ -89,7 +94,7 @@ def main() -> None:
             for v in variants:
                 kind, algo = (v.split(":") + [""])[:2]
                 if kind == "trainer":
-                    took = trainer(run, args.recipe, args.steps, algo, args.bucket_mb, Path(tmp))
+                    took = trainer(run, args.recipe, args.steps, algo, args.bucket_mb, Path(tmp), args.topology)
                 else:
                     took = ddp(run, args.recipe, args.steps, v, args.bucket_mb, args.topology)
                 if took is not None:

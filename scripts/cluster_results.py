@@ -161,12 +161,18 @@ def _nodes(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--link", default="200mbit")
-    p.add_argument("--nodes", type=_nodes, default=[2, 3, 4, 5, 6, 7, 8], help="node counts of the benchmark")
-    p.add_argument("--train-nodes", type=_nodes, default=[2, 4, 8])
+    p.add_argument("--nodes", type=_nodes, default=list(range(2, 17)), help="node counts of the star")
+    p.add_argument("--train-nodes", type=_nodes, default=[4, 8])
     p.add_argument("--train-steps", type=int, default=6)
-    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--trials", type=int, default=2)
     p.add_argument("--sizes", default="4M,16M", help="the benchmark's message sizes (from,to: -b and -e, x4 apart)")
-    p.add_argument("--only", default="bench,auto,train", help="parts to measure again: bench, auto, train")
+    p.add_argument(
+        "--only",
+        default="bench,racks,ddp,train",
+        help=f"parts to measure again, of {', '.join(ex.PARTS)} (auto: the old tuned comm=auto on 4 nodes)",
+    )
+    p.add_argument("--rack-nodes", type=_nodes, default=[8], help="node counts of the racks grid")
+    p.add_argument("--ddp-steps", type=int, default=4, help="steps of each DDP and trainer run")
     p.add_argument("--render", action="store_true", help="no runs: tables and figure from docs/data/cluster.json")
     args = p.parse_args(argv)
     previous = read_json(DATA) if DATA.exists() else None
@@ -178,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
     if os.geteuid() == 0:
         os.nice(-10)  # ahead of whatever else runs on the machine: the CPU should not set the times
-    if not only <= {"bench", "auto", "train"}:
-        p.error(f"--only takes bench, auto and train, got {args.only!r}")
+    if not only <= set(ex.PARTS):
+        p.error(f"--only takes {', '.join(ex.PARTS)}, got {args.only!r}")
 
     def save(data: dict) -> None:
         data["conditions"]["date"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -188,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes = tuple(args.sizes.split(","))
         data = ex.measure(args.nodes, args.link, sizes, args.trials, args.train_nodes, args.train_steps, only,
-                          previous, say=lambda m: print(m, file=sys.stderr, flush=True), save=save)  # fmt: skip
+                          previous, say=lambda m: print(m, file=sys.stderr, flush=True), save=save,
+                          rack_nodes=tuple(args.rack_nodes), ddp_steps=args.ddp_steps)  # fmt: skip
     except RuntimeError as err:
         print(f"cluster_results: error: {err}", file=sys.stderr)
         return 1

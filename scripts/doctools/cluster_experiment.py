@@ -38,9 +38,52 @@ TABLE_ALGOS = (*SCHEDULE_ALGOS, "gloo")  # as the benchmark's rows name them
 SMALL, BIG = 4 << 20, 16 << 20  # the messages the documents' tables show (the default sizes' ends)
 
 
-def _cluster(nodes: int, link: str, logs: Path, command: list[str], timeout_s: float) -> list[str]:
+@dataclass(frozen=True)
+class Layout:
+    """How the emulated nodes are joined: one switch (``racks=1``, the star), or racks whose
+    uplinks carry ``uplink`` of a port's rate each way (``lptrain-cluster --layout racks``)."""
+
+    racks: int = 1
+    uplink: str = "1"  # a fraction of a port, "1/2"
+    placement: str = "contiguous"
+
+    @property
+    def uplink_fraction(self) -> float:
+        top, _, bottom = self.uplink.partition("/")
+        return float(top) / float(bottom or 1)
+
+    def options(self, link: str) -> tuple[str, ...]:
+        if self.racks == 1:
+            return ()
+        uplink_kbit = round(parse_rate(link) * self.uplink_fraction / 1000)
+        return ("--layout", "racks", "--racks", str(self.racks), "--uplink", f"{uplink_kbit}kbit",
+                "--placement", self.placement)  # fmt: skip
+
+    def describe(self) -> str:
+        if self.racks == 1:
+            return "star"
+        where = ", interleaved" if self.placement == "interleaved" else ""
+        return f"{self.racks} racks, uplinks {self.uplink} of a port{where}"
+
+    def as_dict(self) -> dict:
+        return {"racks": self.racks, "uplink": self.uplink, "placement": self.placement}
+
+
+STAR = Layout()
+# The thin-uplink grid: two and four racks, uplinks at a half and a quarter of a port.
+RACK_LAYOUTS = (Layout(2, "1/2"), Layout(2, "1/4"), Layout(4, "1/2"), Layout(4, "1/4"))
+
+
+def layout_of(row: dict) -> Layout:
+    """A row's layout (rows measured before racks were star rows)."""
+    return Layout(**row["layout"]) if row.get("layout") else STAR
+
+
+def _cluster(
+    nodes: int, link: str, logs: Path, command: list[str], timeout_s: float, layout: Layout = STAR
+) -> list[str]:
     options = ("--nodes", str(nodes), "--link", link, "--quiet", "--logs", str(logs), "--timeout", str(int(timeout_s)))
-    return [*lptrain_cluster(*options), *command]
+    return [*lptrain_cluster(*options, *layout.options(link)), *command]
 
 
 def _run(argv: list[str], what: str) -> None:
@@ -68,18 +111,23 @@ def conditions(link: str) -> dict:
     }
 
 
-def bench_on_cluster(nodes: int, link: str, sizes: tuple[str, str], trials: int, work: Path) -> list[dict]:
-    """lptrain-bench for every op and algorithm on ``nodes`` namespaces: its JSON rows, each
-    with the node count."""
-    out = work / f"bench-p{nodes}.json"
+def bench_on_cluster(
+    nodes: int, link: str, sizes: tuple[str, str], trials: int, work: Path, layout: Layout = STAR, op: str = "all"
+) -> list[dict]:
+    """lptrain-bench for ``op`` (every op by default) and every algorithm, comm=auto with the
+    topology it probes at start among them, on ``nodes`` namespaces joined as ``layout``:
+    its JSON rows, each with the node count, the layout and the run's fidelity check."""
+    name = f"p{nodes}-{layout.racks}r-{layout.uplink.replace('/', 'of')}-{layout.placement}"
+    out = work / f"bench-{name}.json"
     load = os.getloadavg()[0]
-    bench = [sys.executable, "-m", "lptrain.bench", "--op", "all", "-b", sizes[0], "-e", sizes[1], "-f", "4",
-             "--algo", ",".join(BENCH_ALGOS), "-n", "1", "--trials", str(trials), "--json", str(out), "--quiet",
-             "--timeout", "120"]  # fmt: skip
-    logs = work / f"logs-bench-p{nodes}"
-    _run(_cluster(nodes, link, logs, bench, 3600), f"the benchmark on {nodes} nodes")
+    bench = [sys.executable, "-m", "lptrain.bench", "--op", op, "-b", sizes[0], "-e", sizes[1], "-f", "4",
+             "--algo", ",".join((*BENCH_ALGOS, "auto")), "--topology", "probe", "-n", "1", "--trials", str(trials),
+             "--json", str(out), "--quiet", "--timeout", "120"]  # fmt: skip
+    logs = work / f"logs-bench-{name}"
+    _run(_cluster(nodes, link, logs, bench, 3600, layout), f"the benchmark on {nodes} nodes ({layout.describe()})")
     check = fidelity_of(logs)
-    return [dict(row, nodes=nodes, load=load, fidelity=check) for row in json.loads(out.read_text())]
+    rows = json.loads(out.read_text())
+    return [dict(row, nodes=nodes, load=load, fidelity=check, layout=layout.as_dict()) for row in rows]
 
 
 def fidelity_of(logs: Path) -> dict:
@@ -168,6 +216,27 @@ def train_on_cluster(nodes: int, link: str, case: TrainCase, steps: int, work: P
             "step_ms": statistics.median(s["step_ms"] for s in steps_seen[1:])}  # fmt: skip
 
 
+DDP_VARIANTS = ("native", "hook:auto", "hook:ring", "trainer:auto")
+
+
+def ddp_on_cluster(nodes: int, link: str, layout: Layout, steps: int, repeats: int, work: Path) -> dict:
+    """Real training on the cluster: DDP native, DDP with lptrain.ddp's hook (auto on the
+    probed topology, and ring) and lptrain's trainer (comm=auto), GoogLeNet, one after the
+    other in interleaved rounds (``scripts/bench_ddp_hook.py``)."""
+    out = work / f"ddp-p{nodes}-{layout.racks}r.json"
+    load = os.getloadavg()[0]
+    cluster = " ".join(("--nodes", str(nodes), "--link", link, "--quiet", *layout.options(link)))
+    script = Path(__file__).resolve().parents[1] / "bench_ddp_hook.py"
+    command = [sys.executable, str(script), "--recipe", "googlenet", "--steps", str(steps), "--repeats", str(repeats),
+               "--variants", ",".join(DDP_VARIANTS), "--cluster", cluster, "--json", str(out)]  # fmt: skip
+    _run(command, f"DDP on {nodes} nodes ({layout.describe()})")
+    result = json.loads(out.read_text())
+    return {"nodes": nodes, "layout": layout.as_dict(), "load": load, "steps": steps, "rounds": result["rounds"]}
+
+
+PARTS = ("bench", "racks", "ddp", "train", "auto")
+
+
 def measure(
     nodes: list[int],
     link: str,
@@ -179,20 +248,41 @@ def measure(
     previous: dict | None,
     say=print,
     save=lambda data: None,
+    rack_nodes: tuple[int, ...] = (8,),
+    ddp_steps: int = 4,
 ) -> dict:
-    """Run the parts named in ``only`` (bench, auto, train) and keep the others from
-    ``previous``; ``save`` is called after each part, so a failure later loses nothing."""
+    """Run the parts named in ``only`` (bench: the star; racks: the thin-uplink grid; ddp:
+    real training, DDP and the trainer; train: the paper's iteration; auto: comm=auto tuned
+    on 4 nodes) and keep the others from ``previous``; ``save`` is called after each
+    measurement, so a failure later loses nothing."""
     data = dict(previous or {})
     data["conditions"] = conditions(link) if only else data.get("conditions", conditions(link))
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
     say(f"logs in {work}")
+
+    def again(rows: list[dict], keys: set) -> list[dict]:
+        """The rows that are not measured again (the rest stay)."""
+        return [r for r in rows if (r["nodes"], r["size"], layout_of(r)) not in keys]
+
     if "bench" in only:
-        again = {(p, parse_size(s)) for p in nodes for s in sizes}
-        data["bench"] = [r for r in data.get("bench", []) if (r["nodes"], r["size"]) not in again]  # the rest stay
+        data["bench"] = again(data.get("bench", []), {(p, parse_size(s), STAR) for p in nodes for s in sizes})
         for p in nodes:
             say(f"benchmark on {p} nodes ({link}) ...")
             data["bench"] += bench_on_cluster(p, link, sizes, trials, work)
-        save(data)
+            save(data)
+    if "racks" in only:
+        grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
+        data["bench"] = again(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})
+        for p, layout in grid:
+            say(f"allreduce on {p} nodes, {layout.describe()} ({link}) ...")
+            data["bench"] += bench_on_cluster(p, link, sizes, trials, work, layout, op="allreduce")
+            save(data)
+    if "ddp" in only:
+        data["ddp"] = []
+        for p, layout in ((4, STAR), (8, STAR), (8, Layout(2, "1/2"))):
+            say(f"DDP and the trainer on {p} nodes, {layout.describe()} ...")
+            data["ddp"].append(ddp_on_cluster(p, link, layout, ddp_steps, 1, work))
+            save(data)
     if "auto" in only:
         say("comm=auto tuned on 4 nodes, then timed beside the fixed algorithms ...")
         data["auto"] = auto_on_cluster(4, link, work)
@@ -203,7 +293,7 @@ def measure(
             for case in TRAIN_CASES:
                 say(f"training on {p} nodes: {case.label} ...")
                 data["train"].append(train_on_cluster(p, link, case, train_steps, work))
-        save(data)
+                save(data)
     data["conditions"]["load_after"] = os.getloadavg()[0]
     return data
 
