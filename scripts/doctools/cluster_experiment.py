@@ -131,7 +131,9 @@ def fidelity_of(logs: Path) -> dict:
     """What lptrain-cluster's fidelity check measured before a run (its fidelity.json):
     the slowest and the median flow against nominal with every port busy, and softirq."""
     check = json.loads((logs / "fidelity.json").read_text())
-    return {k: check[k] for k in ("passed", "worst_ratio", "median_ratio", "softirq")}
+    said = [line for line in (logs / "cluster.txt").read_text().splitlines() if line.startswith("fidelity:")]
+    kept = {k: check[k] for k in ("passed", "worst_ratio", "median_ratio", "softirq")}
+    return {**kept, "line": said[0] if said else None}
 
 
 def auto_on_cluster(nodes: int, link: str, work: Path) -> dict:
