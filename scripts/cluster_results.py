@@ -9,7 +9,7 @@ docs/PAPER_RESULTS.md between ``<!-- cluster:paper -->`` markers, and the figure
 docs/figures/cluster_time_vs_p.png. The measurements are ``scripts/doctools/cluster_experiment.py``,
 the simulator's side ``cluster_model.py``, the tables ``cluster_tables.py``.
 
-    python scripts/cluster_results.py                      # everything, about 80 minutes
+    python scripts/cluster_results.py                      # everything, about 90 minutes
     python scripts/cluster_results.py --only racks --rack-nodes 8
     python scripts/cluster_results.py --only bench --nodes 2,4,8
     python scripts/cluster_results.py --render             # tables again from the JSON, no runs
@@ -67,6 +67,22 @@ def _star_section(data: dict) -> list[str]:
             f"{tb.size_label(worst['size'])}, auto ran {tb.chose(worst)})."
         )
     return [*lines, ""]
+
+
+def _fidelity_lines(data: dict) -> list[str]:
+    """What lptrain-cluster printed of its fidelity check before the largest star's run."""
+    star = [r for r in tb.rows_of(data) if (r.get("fidelity") or {}).get("line")]
+    if not star:
+        return []
+    top = max(star, key=lambda r: r["nodes"])
+    return [
+        f"Before the P = {top['nodes']} run lptrain-cluster printed (every port sending and receiving at once):",
+        "",
+        "```",
+        f"lptrain-cluster: {top['fidelity']['line']}",
+        "```",
+        "",
+    ]
 
 
 def _row(data: dict, algo: str, op: str, size: int, p: int) -> dict:
@@ -160,7 +176,7 @@ def paper_section(data: dict) -> list[str]:
         "",
     ]
     if any(layout_of(r) == ex.STAR for r in data.get("bench", [])):
-        lines += ["### The star: one switch, P = 2 and up", "", *_star_section(data)]
+        lines += ["### The star: one switch, P = 2 and up", "", *_fidelity_lines(data), *_star_section(data)]
     if tb.layouts(data):
         lines += _racks_section(data)
     lines += _training_section(data)
@@ -235,8 +251,8 @@ def _nodes(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--link", default="200mbit")
-    p.add_argument("--nodes", type=_nodes, default=list(range(2, 17)), help="node counts of the star")
-    p.add_argument("--train-nodes", type=_nodes, default=[4, 8])
+    p.add_argument("--nodes", type=_nodes, default=[2, 3, 4, 5, 6, 7, 8, 10, 12, 16], help="node counts of the star")
+    p.add_argument("--train-nodes", type=_nodes, default=[8])
     p.add_argument("--train-steps", type=int, default=6)
     p.add_argument("--trials", type=int, default=2)
     p.add_argument("--sizes", default="4M,16M", help="the benchmark's message sizes (from,to: -b and -e, x4 apart)")
@@ -245,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         default="bench,racks,ddp,train",
         help=f"parts to measure again, of {', '.join(ex.PARTS)} (auto: the old tuned comm=auto on 4 nodes)",
     )
-    p.add_argument("--rack-nodes", type=_nodes, default=[8], help="node counts of the racks grid")
+    p.add_argument("--rack-nodes", type=_nodes, default=[4, 8], help="node counts of the racks grid")
     p.add_argument("--ddp-steps", type=int, default=4, help="steps of each DDP and trainer run")
     p.add_argument("--render", action="store_true", help="no runs: tables and figure from docs/data/cluster.json")
     args = p.parse_args(argv)

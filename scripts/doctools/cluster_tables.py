@@ -188,7 +188,7 @@ def ddp_table(data: dict) -> list[str]:
     body = []
     for run in data["ddp"]:
         best = {v: min(t) for v, t in run["rounds"].items() if t}
-        where = f"P = {run['nodes']}, {layout_of(run).describe()}"
+        where = f"P = {run['nodes']}, {layout_of(run).describe()}" + (f", {run['link']}" if run.get("link") else "")
         native = best.get("native")
         for v in DDP_VARIANTS:
             if v in best:
