@@ -80,7 +80,8 @@ def render(data: dict) -> list[str]:
         f"{c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), one process per node over gloo; {load}. "
         f"Medians of 2 trials; {len(checked) - wrong} of {len(checked)} results checked correct (#wrong 0). Times "
         f"are multiples of n/B at {tb.size_label(ex.BIG)}: n/B is one port's physical limit for a broadcast; "
-        "TCP's payload is 99.3% of the shaped rate at MTU 9000, so 1.01 is the floor in practice. comm=auto chose "
+        "TCP's payload is 99.3% of the shaped rate at MTU 9000, and each port's shaper lets a burst of 128 KiB "
+        "through at once, so a few rows read just under 1. comm=auto chose "
         "from the topology it probed at start. Every P from 2 to 16, both sizes and the simulator's errors: "
         "[PAPER_RESULTS.md](PAPER_RESULTS.md#measured-on-emulated-links-the-claims-where-the-network-is-the-bottleneck).",
         "",
