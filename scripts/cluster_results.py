@@ -114,8 +114,9 @@ def _training_section(data: dict) -> list[str]:
             "",
             f"GoogLeNet (`+recipe=googlenet`, {steps} steps after start-up, one CPU process per node, DDP's 25 MiB "
             'buckets), `python scripts/bench_ddp_hook.py --recipe googlenet --cluster "..."`: the wall clock of '
-            "the training steps. auto prices the topology it probes at start. The steps are computed on a 2-core "
-            "host shared by every node, so compute, not the link, takes most of each step.",
+            "the training steps, one round. auto prices the topology it probes at start. Every node computes on "
+            "the same 2-core host, far slower than the GPUs it stands in for: at 200mbit compute takes most of a "
+            "step; at 50mbit the link does, as it does where a GPU computes the step.",
             "",
             *tb.ddp_table(data),
             "",
