@@ -1,40 +1,100 @@
-"""The cluster experiment's analysis (scripts/doctools/cluster_experiment.py): calibration
-recovers a known machine, the tables read the rows they are given. (The document's
-sections: tests/test_benchmarks_doc.py.)"""
+"""The cluster experiment's analysis (scripts/doctools/cluster_model.py and cluster_tables.py):
+calibration recovers a known machine, racks rows and comm=auto's rows are priced as what
+they ran, the tables read the rows they are given. (The document's sections:
+tests/test_benchmarks_doc.py.)"""
 
 import pytest
 
 from doctools import cluster_experiment as ex
+from doctools import cluster_model as model
+from doctools import cluster_tables as tb
+
+RACKS = ex.Layout(2, "1/2")
+
+
+def _row(op: str, algo: str, p: int, layout: ex.Layout = ex.STAR, **more) -> dict:
+    return {"op": op, "algo": algo, "nodes": p, "size": 1 << 20, "count": 1 << 18, "segment": 64 << 10,
+            "block": 64 << 10 if algo == "lp" else None, "link_nominal": 25e6, "layout": layout.as_dict(),
+            **more}  # fmt: skip
 
 
 def _rows(bandwidth: float, overhead: float) -> list[dict]:
-    """Rows as the benchmark writes them, timed by the simulator on a known machine."""
+    """Rows as the benchmark writes them, timed by the simulator on a known machine: the
+    star at P = 2 and 4, and 2 racks of 2 with uplinks at half a port."""
     rows = []
-    for p in (2, 4):
+    for p, layout in ((2, ex.STAR), (4, ex.STAR), (4, RACKS)):
         for op in ex.OPS:
             for algo in ex.SCHEDULE_ALGOS:
-                row = {"op": op, "algo": algo, "nodes": p, "size": 1 << 20, "count": 1 << 18, "segment": 64 << 10,
-                       "block": 64 << 10 if algo == "lp" else None, "link_nominal": 25e6}  # fmt: skip
-                row["time_us"] = ex._simulate(row, bandwidth, overhead) * 1e6
+                row = _row(op, algo, p, layout)
+                row["time_us"] = model.simulate(row, bandwidth, overhead) * 1e6
                 rows.append(row)
     return rows
 
 
-def test_calibration_recovers_the_machine_that_made_the_rows():
-    rows = _rows(0.9 * 25e6, 5e-4)
-    bandwidth, overhead = ex.calibrate(rows)
-    assert bandwidth == pytest.approx(0.9 * 25e6) and overhead == pytest.approx(5e-4)
-    _, _, predicted = ex.predictions(rows)
-    assert max(abs(r["error"]) for r in predicted) < 1e-6
+def test_calibration_recovers_the_machine_that_made_the_rows_star_and_racks():
+    rows = _rows(0.95 * 25e6, 5e-4)
+    bandwidth, overhead = model.calibrate(rows)
+    assert bandwidth == pytest.approx(0.95 * 25e6) and overhead == pytest.approx(5e-4)
+    _, _, predicted = model.predictions(rows)
+    assert len(predicted) == len(rows) and max(abs(r["error"]) for r in predicted) < 1e-6
+    assert len(model.held_out(predicted)) == len(rows) - 3 * len(ex.SCHEDULE_ALGOS)  # the P = 2 star rows are fitted
+
+
+def test_racks_rows_are_priced_on_racks_a_thin_uplink_slows_the_ring_more_than_lp():
+    star_ring = model.simulate(_row("allreduce", "ring", 8), 25e6, 0.0)
+    racks_ring = model.simulate(_row("allreduce", "ring", 8, RACKS), 25e6, 0.0)
+    racks_lp = model.simulate(_row("allreduce", "lp", 8, RACKS), 25e6, 0.0)
+    assert racks_ring > 1.5 * star_ring and racks_lp < racks_ring
+
+
+def test_an_auto_row_is_priced_as_what_it_chose_its_block_from_the_lp_row_where_auto_left_it():
+    lp = _row("allreduce", "lp", 4, RACKS)
+    auto = _row("allreduce", "auto", 4, RACKS, block=None, chose="lp block=auto order=0-2-1-3")
+    assert model.run_of(auto, [lp, auto]) == model.Run("lp", 64 << 10, (0, 2, 1, 3))
+    ring = _row("allreduce", "auto", 4, chose="ring order=natural")
+    assert model.run_of(ring, [ring]) == model.Run("ring", None, None)
+    assert model.simulate(ring, 25e6, 0.0) == pytest.approx(model.simulate(_row("allreduce", "ring", 4), 25e6, 0.0))
+    assert model.run_of(_row("allreduce", "gloo", 4), []) is None  # the backend's own: no schedule to price
+
+
+def _data(rows: list[dict]) -> dict:
+    return {"conditions": {"link": "200mbit", "link_bytes_per_s": 25e6}, "bench": rows}
 
 
 def test_the_tables_show_multiples_of_n_over_b_per_algorithm():
-    rows = [dict(r, link_nominal=None) for r in _rows(25e6, 0.0)]
-    rows.append({"op": "broadcast", "algo": "gloo", "nodes": 4, "size": 1 << 20, "time_us": 2 * (1 << 20) / 25e6 * 1e6})
-    data = {"conditions": {"link": "200mbit", "link_bytes_per_s": 25e6}, "bench": rows}
-    table = ex.bench_table(data, 1 << 20, (2, 4))
+    rows = [r for r in _rows(25e6, 0.0) if ex.layout_of(r) == ex.STAR]
+    rows.append(_row("broadcast", "gloo", 4, time_us=2 * (1 << 20) / 25e6 * 1e6))
+    data = _data(rows)
+    table = tb.bench_table(data, 1 << 20, (2, 4))
     line = next(line for line in table if line.startswith("| broadcast | 4 |"))
     cells = [c.strip() for c in line.split("|")[1:-1]]
     assert cells[6] == "2.00" and float(cells[2]) < float(cells[3]), line  # gloo's own; lp below mst
-    vs_p = ex.time_vs_p_table(data, "broadcast", 1 << 20)
+    vs_p = tb.time_vs_p_table(data, "broadcast", 1 << 20)
     assert [line.split("|")[1].strip() for line in vs_p[2:]] == ["2", "4"]
+
+
+def test_the_racks_table_names_what_auto_ran_and_its_speed_against_gloo():
+    n_over_b = (1 << 20) / 25e6 * 1e6
+    rows = [
+        _row("allreduce", "gloo", 8, RACKS, time_us=3 * n_over_b),
+        _row("allreduce", "auto", 8, RACKS, time_us=2 * n_over_b, chose="lp block=65536 order=natural"),
+    ]
+    data = _data(rows)
+    (line,) = [line for line in tb.racks_table(data, 1 << 20) if line.startswith("| 2 racks")]
+    assert "| 3.00 | 2.00 | lp 64K | 1.50x |" in line, line
+    assert tb.racks_speedup(data, 2, "1/2", 8, 1 << 20) == pytest.approx(1.5)
+    assert tb.racks_speedup(data, 4, "1/2", 8, 1 << 20) is None
+
+
+def test_the_ddp_table_gives_each_variant_against_native_from_its_best_round():
+    data = {"ddp": [{"nodes": 8, "layout": RACKS.as_dict(), "steps": 4,
+                     "rounds": {"native": [30.0, 28.0], "hook:auto": [20.0]}}]}  # fmt: skip
+    lines = tb.ddp_table(data)
+    assert any('lptrain.ddp.state(algo="auto")' in line and "| 1.40x |" in line for line in lines), lines
+    assert tb.ddp_speedup(data, "hook:auto", 2) == pytest.approx(1.4)
+
+
+def test_a_layout_becomes_lptrain_clusters_options():
+    assert ex.STAR.options("200mbit") == ()
+    assert ex.Layout(4, "1/4", "interleaved").options("200mbit") == (
+        "--layout", "racks", "--racks", "4", "--uplink", "50000kbit", "--placement", "interleaved")  # fmt: skip

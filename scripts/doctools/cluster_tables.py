@@ -1,0 +1,257 @@
+"""The emulated cluster's rows (``cluster_experiment``) as the documents' tables: times as
+multiples of n/B, where n is the message and B the nominal rate of one port one way (the
+physical limit of a broadcast), so that a reader compares algorithms, node counts and
+layouts without the link's rate.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from doctools import cluster_model as model
+from doctools.cluster_experiment import DDP_VARIANTS, OPS, SCHEDULE_ALGOS, STAR, TABLE_ALGOS, TRAIN_CASES, layout_of
+from doctools.markdown import table
+
+DDP_LABELS = {
+    "native": "DDP native (gloo allreduce)",
+    "hook:auto": 'DDP + lptrain.ddp.state(algo="auto")',
+    "hook:ring": 'DDP + lptrain.ddp.state(algo="ring")',
+    "trainer:auto": "lptrain trainer, comm=auto",
+}
+
+
+def n_over_b(row: dict) -> float:
+    return row["time_us"] / 1e6 / (row["size"] / row["link_nominal"])
+
+
+def size_label(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def one_port_model(op: str, p: int) -> str:
+    """The one-port model's multiples of n/B for the algorithms that bound each op."""
+    be = 2 * (p - 1) / p
+    if op == "allreduce":
+        return f"ring/BE {be:.2f}, LP ~2"
+    return f"LP 1, BE {be:.2f}, MST {math.ceil(math.log2(p))}"
+
+
+def rows_of(data: dict, layout=STAR) -> list[dict]:
+    """The benchmark's rows of one layout (every layout with None), each with the nominal
+    rate of a port in bytes/s."""
+    nominal = data["conditions"]["link_bytes_per_s"]
+    rows = [dict(r, link_nominal=nominal) for r in data.get("bench", [])]
+    return rows if layout is None else [r for r in rows if layout_of(r) == layout]
+
+
+def _column(algo: str, lp: str = "lp") -> str:
+    """An algorithm's column heading: the backend's collective is "gloo's own"."""
+    return {"gloo": "gloo's own", "lp": lp, "auto": "comm=auto"}.get(algo, algo)
+
+
+def _cells(cell: dict[str, float]) -> list[str]:
+    return [f"{cell[a]:.2f}" if a in cell else "-" for a in TABLE_ALGOS]
+
+
+def chose(row: dict) -> str:
+    """What comm=auto ran, in a table cell: ``lp block=65536 order=natural`` as ``lp 64K``."""
+    algo, *settings = (row.get("chose") or "?").split()
+    values = dict(s.split("=", 1) for s in settings)
+    block = values.get("block")
+    text = algo + (f" {int(block) >> 10}K" if block and block.isdigit() else "")
+    order = values.get("order", "natural")
+    return text + ("" if order == "natural" else f" order {order}")
+
+
+def bench_table(data: dict, size: int, nodes: tuple[int, ...]) -> list[str]:
+    rows = rows_of(data)
+    body = []
+    for op in OPS:
+        for p in nodes:
+            cell = {r["algo"]: n_over_b(r) for r in rows if r["op"] == op and r["nodes"] == p and r["size"] == size}
+            if cell:
+                body.append([op, str(p), *_cells(cell), one_port_model(op, p)])
+    header = ["op", "P", *(_column(a, lp="lp (block auto)") for a in TABLE_ALGOS), "one-port model"]
+    return table(header, body)
+
+
+def time_vs_p_table(data: dict, op: str, size: int) -> list[str]:
+    rows = [r for r in rows_of(data) if r["op"] == op and r["size"] == size]
+    body = []
+    for p in sorted({r["nodes"] for r in rows}):
+        at_p = [r for r in rows if r["nodes"] == p]
+        cell = {r["algo"]: n_over_b(r) for r in at_p}
+        auto = next((chose(r) for r in at_p if r["algo"] == "auto"), "-")
+        vs = f"{cell['auto'] / cell['gloo']:.2f}" if "auto" in cell and "gloo" in cell else "-"
+        body.append([str(p), *_cells(cell), auto, vs])
+    return table(["P", *map(_column, TABLE_ALGOS), "auto ran", "auto / gloo"], body)
+
+
+def span(data: dict, algo: str, op: str, size: int) -> tuple[float, float, list[int]]:
+    """The smallest and largest n/B of ``algo``'s ``op`` over the star's node counts, and those counts."""
+    rows = [r for r in rows_of(data) if r["algo"] == algo and r["op"] == op and r["size"] == size]
+    times = [n_over_b(r) for r in rows]
+    return min(times), max(times), sorted(r["nodes"] for r in rows)
+
+
+def auto_against_gloo(data: dict, layout=STAR) -> tuple[float, dict] | None:
+    """comm=auto's allreduce time over gloo's own, its largest over the layout's rows, and
+    that row; None where no row has both."""
+    rows = rows_of(data, layout)
+    ratios = []
+    for r in rows:
+        if r["algo"] == "auto" and r["op"] == "allreduce":
+            gloo = next((g for g in rows if g["algo"] == "gloo" and model._same_run(g, r)), None)
+            if gloo:
+                ratios.append((r["time_us"] / gloo["time_us"], r))
+    return max(ratios, key=lambda x: x[0]) if ratios else None
+
+
+def layouts(data: dict) -> list:
+    """The racks layouts the rows hold, in the order measured."""
+    seen = []
+    for r in data.get("bench", []):
+        layout = layout_of(r)
+        if layout != STAR and layout not in seen:
+            seen.append(layout)
+    return seen
+
+
+def racks_table(data: dict, size: int) -> list[str]:
+    """Allreduce on racks: each algorithm's n/B, what auto ran, and gloo's own over auto's time."""
+    body = []
+    for layout in layouts(data):
+        rows = [r for r in rows_of(data, layout) if r["op"] == "allreduce" and r["size"] == size]
+        for p in sorted({r["nodes"] for r in rows}):
+            at_p = [r for r in rows if r["nodes"] == p]
+            cell = {r["algo"]: n_over_b(r) for r in at_p}
+            auto = next((chose(r) for r in at_p if r["algo"] == "auto"), "-")
+            faster = f"{cell['gloo'] / cell['auto']:.2f}x" if "auto" in cell and "gloo" in cell else "-"
+            body.append([f"{layout.racks} racks, uplink {layout.uplink}", str(p), *_cells(cell), auto, faster])
+    return table(["racks", "P", *map(_column, TABLE_ALGOS), "auto ran", "auto vs gloo's own"], body)
+
+
+def racks_speedup(data: dict, racks: int, uplink: str, p: int, size: int) -> float | None:
+    """gloo's own allreduce time over comm=auto's on one racks layout (above 1: auto faster)."""
+    for layout in layouts(data):
+        if (layout.racks, layout.uplink) == (racks, uplink):
+            rows = [
+                r for r in rows_of(data, layout) if r["op"] == "allreduce" and r["size"] == size and r["nodes"] == p
+            ]
+            cell = {r["algo"]: r["time_us"] for r in rows}
+            if "auto" in cell and "gloo" in cell:
+                return cell["gloo"] / cell["auto"]
+    return None
+
+
+def prediction_summary(data: dict) -> tuple[list[str], dict]:
+    """The simulator against every row it can price: a table of median and largest error per
+    layout, op and algorithm (over P and sizes), and the figures of the fit."""
+    bandwidth, overhead, rows = model.predictions(rows_of(data, None))
+    held = model.held_out(rows)
+    body = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in held:
+        groups.setdefault((layout_of(r).describe(), r["op"], r["algo"]), []).append(r)
+    order = {a: i for i, a in enumerate((*SCHEDULE_ALGOS, "auto"))}
+    for (where, op, algo), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "star", kv[0][0], kv[0][1],
+                                                                             order.get(kv[0][2], 9))):  # fmt: skip
+        errors = [abs(r["error"]) for r in group]
+        worst = max(group, key=lambda r: abs(r["error"]))
+        body.append([where, op, _column(algo), str(len(group)), f"{statistics.median(errors):.0%}",
+                     f"{worst['error']:+.0%} (P = {worst['nodes']}, {size_label(worst['size'])})"])  # fmt: skip
+    lines = table(["layout", "op", "algo", "rows", "median error", "largest (where)"], body)
+    errors = [abs(r["error"]) for r in held]
+    by_p = {p: [abs(r["error"]) for r in held if r["nodes"] == p] for p in sorted({r["nodes"] for r in held})}
+    summary = {"bandwidth": bandwidth, "overhead": overhead, "median": statistics.median(errors), "max": max(errors),
+               "count": len(held), "over_15": [r for r in held if abs(r["error"]) > 0.15],
+               "by_p": {p: (statistics.median(e), max(e)) for p, e in by_p.items()},
+               "slower": sum(r["error"] < 0 for r in held),
+               "worst": max(held, key=lambda r: abs(r["error"]))}  # fmt: skip
+    return lines, summary
+
+
+def misses_table(summary: dict) -> list[str]:
+    """Every predicted row more than 15% off, measured beside predicted."""
+    body = [
+        [layout_of(r).describe(), size_label(r["size"]), r["op"], str(r["nodes"]), r["algo"],
+         f"{n_over_b(r):.2f}", f"{r['predicted_s'] / (r['size'] / r['link_nominal']):.2f}", f"{r['error']:+.0%}"]
+        for r in sorted(summary["over_15"], key=lambda r: (layout_of(r).describe(), r["op"], r["algo"], r["nodes"]))
+    ]  # fmt: skip
+    return table(["layout", "size", "op", "P", "algo", "measured n/B", "predicted n/B", "error"], body)
+
+
+def ddp_table(data: dict) -> list[str]:
+    """Real training on the cluster: each variant's best wall clock over its steps and its
+    speed against DDP native's (above 1: faster)."""
+    body = []
+    for run in data["ddp"]:
+        best = {v: min(t) for v, t in run["rounds"].items() if t}
+        where = f"P = {run['nodes']}, {layout_of(run).describe()}" + (f", {run['link']}" if run.get("link") else "")
+        native = best.get("native")
+        for v in DDP_VARIANTS:
+            if v in best:
+                ratio = f"{native / best[v]:.2f}x" if native else "-"
+                body.append([where, DDP_LABELS[v], f"{best[v]:.2f}", f"{1e3 * best[v] / run['steps']:.0f}", ratio])
+    return table(["cluster", "training", "steps (s)", "ms per step", "speed vs DDP native"], body)
+
+
+def ddp_speedup(data: dict, variant: str, racks: int) -> float | None:
+    """``variant``'s speed against DDP native on the first run whose layout has ``racks``."""
+    for run in data.get("ddp", []):
+        if layout_of(run).racks == racks:
+            best = {v: min(t) for v, t in run["rounds"].items() if t}
+            if variant in best and "native" in best:
+                return best["native"] / best[variant]
+    return None
+
+
+def train_table(data: dict) -> list[str]:
+    train = data["train"]
+    nodes = sorted({t["nodes"] for t in train})
+    body = []
+    for case in TRAIN_CASES:
+        cells = {t["nodes"]: t["comm_ms"] for t in train if t["case"] == case.label}
+        body.append([case.label, *(f"{cells[p]:.0f}" if p in cells else "-" for p in nodes)])
+    return table(["communication", *(f"P={p}" for p in nodes)], body)
+
+
+def auto_table(data: dict) -> list[str]:
+    auto = data["auto"]
+    sizes = sorted({r["size"] for r in auto["rows"]})
+    body = []
+    for size in sizes:
+        rows = {r["algo"]: r["time_us"] / 1e6 for r in auto["rows"] if r["size"] == size}
+        fixed = {a: t for a, t in rows.items() if a != "auto"}
+        best = min(fixed, key=fixed.get)
+        ratio = rows["auto"] / fixed[best]
+        body.append([size_label(size), f"{rows['auto']:.3f}", f"{fixed[best]:.3f}", best, f"{ratio:.2f}"])
+    return table(["size", "auto (s)", "best fixed (s)", "best fixed", "auto / best"], body)
+
+
+def fidelity_phrase(data: dict) -> str | None:
+    """The fidelity checks of the benchmark's runs in a few words; None where the rows
+    predate the check."""
+    checks = [r["fidelity"] for r in data.get("bench", []) if r.get("fidelity")]
+    if not checks:
+        return None
+    worst = [c["worst_ratio"] for c in checks]
+    softirq = [c["softirq"] for c in checks]
+    return (
+        f"before each run lptrain-cluster's fidelity check (every port sending and receiving at once) had the "
+        f"slowest port at {min(worst):.1%} to {max(worst):.1%} of its rate, softirq {min(softirq):.0%} to "
+        f"{max(softirq):.0%} of the CPU"
+    )
+
+
+def describe(data: dict) -> str:
+    c = data["conditions"]
+    loads = [r["load"] for r in data.get("bench", []) if "load" in r]
+    load = f"load average {min(loads):.1f} to {max(loads):.1f} at the starts of the runs" if loads else ""
+    if c.get("nice"):
+        load += f" (the runs at nice {c['nice']}, ahead of the machine's other work)"
+    check = fidelity_phrase(data)
+    return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), {c['machine']}, "
+            f"{c.get('date', '?')}, {load or 'load average ' + format(c['load_before'], '.1f')}"
+            + (f"; {check}" if check else ""))  # fmt: skip
