@@ -73,6 +73,7 @@ def test_exposed_never_exceeds_communication_and_the_hand_off_is_its_own_figure(
     check_steps(name, steps_of(tmp_path))
 
 
+@pytest.mark.slow  # two processes, four short runs: some 40 s on the 2-core machine
 def test_exposed_never_exceeds_communication_under_torchrun(tmp_path):
     worker = Path(__file__).with_name("handoff_worker.py")
     run = subprocess.run(
