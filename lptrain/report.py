@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lptrain.train.stepstats import mean_std, read_jsonl, timed
+from lptrain.train.stepstats import COMM_SHARE, comm_share, mean_std, read_jsonl, share_text, timed
 
 # Swept keys that make a numeric axis for "communication time against ..." (first found wins).
 AXES = (
@@ -40,7 +40,7 @@ class RunRecord:
     timed_steps: int
     comm_ms: tuple[float, float]  # mean, standard deviation over the timed steps
     compute_ms: tuple[float, float]
-    step_ms: float
+    comm_share: float  # stepstats.comm_share of the timed steps: the summary's figure
     bytes_per_step: float | None
     final_eval_accuracy: float | None
     loss: list[tuple[int, float]] = field(default_factory=list)
@@ -54,10 +54,6 @@ class RunRecord:
                 return default
             node = node[part]
         return node
-
-    @property
-    def comm_share(self) -> float:
-        return self.comm_ms[0] / self.step_ms if self.step_ms else math.nan
 
 
 def find_runs(root: Path) -> list[Path]:
@@ -99,7 +95,7 @@ def read_run(run_dir: Path) -> RunRecord:
         timed_steps=len(kept),
         comm_ms=mean_std(kept, "comm_ms"),
         compute_ms=mean_std(kept, "compute_ms"),
-        step_ms=mean_std(kept, "step_ms")[0],
+        comm_share=comm_share(kept),
         bytes_per_step=sizes[-1] if sizes else None,
         final_eval_accuracy=evals[-1] if evals else None,
         loss=[(r["step"], r["loss"]) for r in rows if "loss" in r],
@@ -145,13 +141,13 @@ def render_table(records: Sequence[RunRecord]) -> str:
         compute = f"{r.compute_ms[0]:.1f} ± {r.compute_ms[1]:.1f}"
         lines.append(
             f"{i:>2} {r.label:<{width}} {str(r.get('model.name', '?')):<10} {r.steps:>5} {r.timed_steps:>5}"
-            f" {comm:>16} {compute:>18} {100 * r.comm_share:9.1f}% {acc}"
+            f" {comm:>16} {compute:>18} {share_text(r.comm_share):>10} {acc}"
             + (f"  FAILED: {r.failed}" if r.failed is not None else "")
         )
     lines.append("")
     lines.append(
         "comm ms/iter and compute ms/iter: mean ± standard deviation over the timed steps (all but the first of"
-        " each session); comm share: of the timed phases (compute + communication + update)."
+        f" each session); {COMM_SHARE}."
     )
     return "\n".join(lines)
 

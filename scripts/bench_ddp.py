@@ -74,7 +74,7 @@ def in_process(recipe: str, steps: int, devices: int, bucket_mb: float, work: Pa
         print(
             f"{recipe:<10} in-process cpu*{devices} overlap={str(overlap).lower():<5} comm {s['mean_comm_ms']:7.1f} ms,"
             f" exposed {s['mean_comm_exposed_ms']:7.1f} ms ({100 * s['mean_comm_exposed_ms'] / step:4.1f}% of the"
-            f" step), step {step:7.1f} ms, train {s['train_s']:6.1f} s",
+            f" step), hand-off {s['mean_comm_handoff_ms']:5.1f} ms, step {step:7.1f} ms, train {s['train_s']:6.1f} s",
             flush=True,
         )
         rows.append(
@@ -84,6 +84,7 @@ def in_process(recipe: str, steps: int, devices: int, bucket_mb: float, work: Pa
                 "overlap": overlap,
                 "comm_ms": s["mean_comm_ms"],
                 "exposed_ms": s["mean_comm_exposed_ms"],
+                "handoff_ms": s["mean_comm_handoff_ms"],
                 "step_ms": step,
                 "train_s": s["train_s"],
             }

@@ -26,6 +26,7 @@ TAGS = {
     "compute_ms": "time/compute_ms",
     "comm_ms": "time/comm_ms",
     "comm_exposed_ms": "time/comm_exposed_ms",
+    "comm_handoff_ms": "time/comm_handoff_ms",
     "step_ms": "time/step_ms",
     "comm_GBps": "comm/bandwidth_GBps",
     "comm_bytes": "comm/bytes",
@@ -36,7 +37,7 @@ TAGS = {
 }
 
 
-STEP_KEYS = ("loss", "accuracy", "data_ms", "compute_ms", "comm_ms", "comm_exposed_ms", "step_ms")
+STEP_KEYS = ("loss", "accuracy", "data_ms", "compute_ms", "comm_ms", "comm_exposed_ms", "comm_handoff_ms", "step_ms")
 
 
 class RunLog:
@@ -152,7 +153,7 @@ class Progress:
             f"step {done:>{len(str(self.total))}}/{self.total} | loss {values['loss']:.4f} | "
             f"acc {100 * values['accuracy']:5.1f}% | data {values['data_ms']:6.1f} ms | "
             f"compute {values['compute_ms']:7.1f} ms | comm {values['comm_ms']:7.1f} ms"
-            f" (exposed {values.get('comm_exposed_ms', values['comm_ms']):6.1f}) | "
+            f" (exposed {values['comm_exposed_ms']:6.1f}, hand-off {values['comm_handoff_ms']:4.1f}) | "
             f"{values['images_per_s']:5.0f} img/s | {_eta(elapsed)} elapsed, ETA {_eta(eta) if eta == eta else '?'}"
         )
 

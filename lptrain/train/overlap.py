@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from lptrain.comm.streams import stream_for
+from lptrain.train.timing import Span
 
 Bucket = tuple[int, int]  # [start, stop) in the flat gradient buffer
 
@@ -78,8 +79,10 @@ class OverlappedReduction:
     replica has produced all of the bucket's gradients.
 
     Use per step: ``begin()`` before backward, ``backward_done()`` after the last
-    replica's backward, ``wait()`` for the communication time (the sum over the buckets;
-    the exposed part is what the caller's clock sees ``wait()`` take).
+    replica's backward, ``wait()`` for every bucket's span: when its collective began and
+    ended, marked on the clock of the caller's ``PhaseTimer`` (the host clock on the CPU;
+    events on the communication streams, one per device, on GPUs), so that what ran and
+    what the step waited for are read off one timeline (``lptrain.train.commtime``).
     """
 
     def __init__(
@@ -170,30 +173,30 @@ class OverlappedReduction:
             self._finished = True
             self._cond.notify_all()
 
-    def wait(self) -> float:
-        """The communication ms of this step (all buckets), once every bucket is done."""
+    def wait(self) -> list[Span]:
+        """Each bucket's (begin, end) marks, in bucket order, once every bucket is done."""
         assert self._future is not None, "begin() was not called"
-        comm_ms = self._future.result()
+        spans = self._future.result()
         for stream in self._streams:  # the update runs after the collectives on the device too
             torch.cuda.current_stream(stream.device).wait_stream(stream)
-        return comm_ms
+        return spans
 
-    def _run(self) -> float:
-        comm_s = 0.0
+    def _run(self) -> list[Span]:
+        spans = []
         for k in range(len(self.buckets)):
             with self._cond:
                 self._cond.wait_for(lambda k=k: self._pending[k] == 0 or self._finished or self._aborted)
                 if self._aborted:
                     raise StepAborted(f"the step failed before bucket {k}'s collective")
                 events = self._events[k]
-            comm_s += self._collective(k, events)
-        return comm_s * 1e3
+            spans.append(self._collective(k, events))
+        return spans
 
-    def _collective(self, k: int, events) -> float:
+    def _collective(self, k: int, events) -> Span:
         if not self._cuda:
             began = time.perf_counter()
             self.reduce_bucket(k)
-            return time.perf_counter() - began
+            return began, time.perf_counter()
         for stream, event in zip(self._streams, events or []):
             stream.wait_event(event)
         if events is None:  # backward ended without this bucket complete: wait for all queued work
@@ -211,7 +214,7 @@ class OverlappedReduction:
             e.record(s)
         for e in ends:
             e.synchronize()
-        return max(a.elapsed_time(b) for a, b in zip(starts, ends)) / 1e3
+        return starts, ends
 
     def close(self) -> None:
         for h in self._handles:

@@ -15,6 +15,11 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+# The one definition of the comm share, as the summary and the report state it.
+COMM_SHARE = (
+    "comm share: mean communication (comm_ms) over mean step (step_ms: compute + exposed communication"
+    " + hand-off + update), both over the timed steps"
+)
 # Logged as the interval's last value rather than its mean.
 LAST = ("lr", "comm_bytes")
 # Rates: the interval's total work over its total time (a harmonic mean of the steps' rates).
@@ -33,6 +38,17 @@ def mean_std(rows: Sequence[dict], key: str) -> tuple[float, float]:
     if not values:
         return math.nan, math.nan
     return statistics.fmean(values), statistics.pstdev(values)
+
+
+def comm_share(rows: Sequence[dict]) -> float:
+    """The comm share of ``rows``: mean communication over mean step (``COMM_SHARE``)."""
+    comm, step = mean_std(rows, "comm_ms")[0], mean_std(rows, "step_ms")[0]
+    return comm / step if step else math.nan
+
+
+def share_text(share: float) -> str:
+    """How the summary and the report print a share: ``5.5%``."""
+    return f"{100 * share:.1f}%"
 
 
 def interval_mean(rows: Sequence[dict]) -> dict[str, float]:

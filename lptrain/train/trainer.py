@@ -51,6 +51,7 @@ from lptrain.train.checkpoint import (
     remove_stale_temporaries,
     save_checkpoint,
 )
+from lptrain.train.commtime import comm_times
 from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
 from lptrain.train.overlap import OverlappedReduction, default_bucket_mb, gradient_buckets
@@ -60,9 +61,9 @@ from lptrain.train.replicas import Replicas
 from lptrain.train.run_config import RunConfig
 from lptrain.train.schedule import learning_rate
 from lptrain.train.seeding import replica_seed, reseeds_per_step, seed_device
-from lptrain.train.stepstats import interval_mean, mean_std, timed
+from lptrain.train.stepstats import comm_share, interval_mean, mean_std, share_text, timed
 from lptrain.train.sync import SYNC_MODES
-from lptrain.train.timing import PhaseTimer
+from lptrain.train.timing import PhaseTimer, Span, StepTimeline
 
 __all__ = ["SYNC_MODES", "ConfigError", "RunConfig", "Summary", "Trainer"]
 
@@ -84,6 +85,7 @@ class Summary:
     std_compute_ms: float  # spread over the timed steps (population standard deviation)
     std_comm_ms: float
     mean_comm_exposed_ms: float  # the part of the communication the step waited for (all of it without overlap)
+    mean_comm_handoff_ms: float  # the step waited for the communication thread while no collective ran
     timed_steps: int  # steps in the means: all but the first of each session (its one-off set-up)
     mean_data_ms: float  # time blocked waiting for the input pipeline
     comm_fraction: float
@@ -111,8 +113,10 @@ class Summary:
             f"  compute         {self.mean_compute_ms:.1f} ms per iteration (sd {self.std_compute_ms:.1f},"
             f" {self.timed_steps} timed steps)",
             f"  communication   {self.mean_comm_ms:.1f} ms per iteration (sd {self.std_comm_ms:.1f};"
-            f" {100 * self.comm_fraction:.0f}% of the step), {self.comm_GBps:.2f} GB/s",
+            f" {share_text(self.comm_fraction)} of the step), {self.comm_GBps:.2f} GB/s",
             f"  exposed comm    {self.mean_comm_exposed_ms:.1f} ms per iteration (what the step waited for)",
+            f"  hand-off        {self.mean_comm_handoff_ms:.1f} ms per iteration"
+            " (the step waited, no collective running: the communication thread's wake-up and result)",
             f"  replicas        {'identical' if self.replicas_identical else 'DIVERGED'}",
             f"  logs            {self.run_dir}  (tensorboard --logdir {self.run_dir})",
         ]
@@ -278,25 +282,25 @@ class Trainer:
             self.comm.broadcast([b[dtype] for b in reps.buffers], root=0)
         timer.stop("comm_buffers")
         timer.start("compute")  # 2. forward and backward on every replica's slice, and
-        results, grads_ms = self._forward_backward_reduce(step, shards, timer)  # 3. average the sub-gradients
+        results, spans = self._forward_backward_reduce(step, shards, timer)  # 3. average the sub-gradients
         timer.start("update")  # 4. update where the sync strategy says (every replica, or the root) ...
         grad_norm = self._update()
         timer.stop("update")
         timer.start("comm_params")  # ... and, when only the root stepped, broadcast the weights from it
         self.sync.broadcast_parameters(self.comm, reps.params, self.buckets)
         timer.stop("comm_params")
-        return self._step_values(step, results, timer.elapsed_ms(), grads_ms, data_ms, began, grad_norm)
+        return self._step_values(step, results, timer.timeline(spans), data_ms, began, grad_norm)
 
     def _set_learning_rate(self, step: int) -> None:
         for opt in self.optimizers:
             for group in opt.param_groups:
                 group["lr"] = self.lr(step)
 
-    def _forward_backward_reduce(self, step: int, shards, timer: PhaseTimer) -> tuple[list, float | None]:
+    def _forward_backward_reduce(self, step: int, shards, timer: PhaseTimer) -> tuple[list, list[Span]]:
         """Forward and backward on every replica (timed as ``compute``), then the gradients'
-        collectives (``comm``): with overlap each bucket's started as soon as its gradients
-        were ready, and here only what is left is waited for. The replicas' (loss, correct)
-        and, with overlap, how long the gradients' collectives took in all."""
+        collectives (the wait ``comm``): with overlap each bucket's started as soon as its
+        gradients were ready, and here only what is left is waited for. The replicas' (loss,
+        correct) and, with overlap, each bucket's span on the communication thread."""
         self.replicas.zero_grad()
         if self.overlap is not None:
             self.overlap.begin()
@@ -304,10 +308,10 @@ class Trainer:
             results = self.replicas.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
             timer.stop("compute")
             timer.start("comm")
-            grads_ms = None
+            spans: list[Span] = []
             if self.overlap is not None:
                 self.overlap.backward_done()
-                grads_ms = self.overlap.wait()
+                spans = self.overlap.wait()
             else:
                 for k in range(len(self.buckets)):
                     self._reduce_bucket(k)
@@ -316,7 +320,7 @@ class Trainer:
                 self.overlap.abort(timeout_s=OVERLAP_ABORT_WAIT_S)
             raise
         timer.stop("comm")
-        return results, grads_ms
+        return results, spans
 
     def _update(self) -> float | None:
         """Step the optimizers of the replicas holding the average (unless fp16 overflowed);
@@ -330,7 +334,7 @@ class Trainer:
         self.scaler.update(overflow)
         return grad_norm
 
-    def _step_values(self, step, results, ms, grads_ms, data_ms, began, grad_norm) -> dict[str, float]:
+    def _step_values(self, step, results, timeline: StepTimeline, data_ms, began, grad_norm) -> dict[str, float]:
         """What a step logs: the loss and accuracy over every process, and the phases' times."""
         p = self.replicas.world_size
         loss = sum(float(r[0]) for r in results) / p
@@ -338,20 +342,19 @@ class Trainer:
         if self.nprocs > 1:
             loss, correct = sum_across([loss, correct], self.devices[0], f"the loss sum of step {step + 1}")
             loss /= self.nprocs
-        other_ms = ms["comm_params"] + ms["comm_buffers"]  # not overlapped
-        comm_ms = (grads_ms if grads_ms is not None else ms["comm"]) + other_ms
-        exposed_ms = ms["comm"] + other_ms  # what the step waited for
+        comm = comm_times(timeline, overlapped=self.overlap is not None)  # one clock, one definition each
         wall_ms = (time.perf_counter() - began) * 1e3  # the whole iteration, data wait included
         values = {
             "loss": loss,
             "accuracy": correct / self.global_batch,
             "data_ms": data_ms,
-            "compute_ms": ms["compute"],
-            "comm_ms": comm_ms,
-            "comm_exposed_ms": exposed_ms,
-            "step_ms": sum(ms.values()),  # the timed phases: compute, exposed communication, update
+            "compute_ms": timeline.ms("compute"),
+            "comm_ms": comm.comm_ms,
+            "comm_exposed_ms": comm.exposed_ms,
+            "comm_handoff_ms": comm.handoff_ms,
+            "step_ms": sum(timeline.durations().values()),  # compute + exposed communication + hand-off + update
             "comm_bytes": float(self.bytes_per_step),
-            "comm_GBps": self.bytes_per_step / max(comm_ms, 1e-9) / 1e6,
+            "comm_GBps": self.bytes_per_step / max(comm.comm_ms, 1e-9) / 1e6,
             "images_per_s": self.global_batch / max(wall_ms, 1e-9) * 1e3,
             "lr": self.lr(step),
         }
@@ -597,7 +600,6 @@ class Trainer:
         rows = timed(history)  # the first step includes one-off set-up costs
         comm, comm_sd = mean_std(rows, "comm_ms")
         compute, compute_sd = mean_std(rows, "compute_ms")
-        step_ms = mean_std(rows, "step_ms")[0]
         last = history[-1] if history else {"loss": math.nan, "accuracy": math.nan}
         return Summary(
             steps=self.start_step + len(history),
@@ -610,9 +612,10 @@ class Trainer:
             std_compute_ms=compute_sd,
             std_comm_ms=comm_sd,
             mean_comm_exposed_ms=mean_std(rows, "comm_exposed_ms")[0],
+            mean_comm_handoff_ms=mean_std(rows, "comm_handoff_ms")[0],
             timed_steps=len(rows),
             mean_data_ms=mean_std(rows, "data_ms")[0],
-            comm_fraction=comm / step_ms if step_ms else math.nan,
+            comm_fraction=comm_share(rows),
             comm_GBps=self.bytes_per_step / comm / 1e6 if comm else math.nan,
             images_per_s=self.global_batch * len(history) / train_s if history and train_s > 0 else math.nan,
             wall_s=wall,

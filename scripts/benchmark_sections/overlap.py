@@ -39,12 +39,14 @@ def after(work: Path) -> None:
 
 def render(r: dict) -> list[str]:
     ex = r["exposed"]["in_process"]
+    handoff = all("handoff_ms" in x for x in ex)  # measured since the hand-off has its own figure
     body = [
         [
             "on" if x["overlap"] else "off",
             f"{x['comm_ms']:.1f} ms",
             f"{x['exposed_ms']:.1f} ms",
             f"{100 * x['exposed_ms'] / x['step_ms']:.1f}%",
+            *([f"{x['handoff_ms']:.1f} ms"] if handoff else []),
             f"{x['step_ms']:.0f} ms",
         ]
         for x in ex
@@ -71,7 +73,12 @@ def render(r: dict) -> list[str]:
         f"Exposed communication: {first['recipe']} in one process on {first['devices']} CPU replicas, 25 MiB buckets, "
         f"{r['exposed']['steps']} steps, with `trainer.overlap` off and on (per-step means of the trainer's summary):",
         "",
-        *table(["overlap", "communication per step", "exposed", "exposed share of the step", "step"], body),
+        *table(
+            ["overlap", "communication per step", "exposed", "exposed share of the step"]
+            + (["hand-off"] if handoff else [])
+            + ["step"],
+            body,
+        ),
         "",
         f"- Exposed communication: {on['exposed_ms']:.1f} ms a step with overlap on, {off['exposed_ms']:.1f} ms off; "
         f"the collectives themselves took {on['comm_ms']:.1f} ms on and {off['comm_ms']:.1f} ms off, and the step "
