@@ -64,7 +64,7 @@ def end_if_reader_gone(err: BrokenPipeError) -> None:
     The closed streams are pointed at /dev/null first, so that nothing written later
     fails again, the interpreter's own flush of stdout at exit included (which would print
     "Exception ignored ... BrokenPipeError" and exit with 120)."""
-    gone = [fd for fd in (sys.__stdout__, sys.__stderr__) if fd is not None and reader_gone(_fileno(fd))]
+    gone = [s for s in (sys.__stdout__, sys.__stderr__) if s is not None and reader_gone(_fileno(s))]
     if not gone:
         return
     devnull = os.open(os.devnull, os.O_WRONLY)
