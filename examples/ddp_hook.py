@@ -1,7 +1,6 @@
 """The plain DDP script with lptrain's LP hook: torchrun --nproc-per-node 2 examples/ddp_hook.py"""
 
 import argparse
-import gc
 
 import torch
 import torch.distributed as dist
@@ -38,14 +37,8 @@ def main() -> None:
     weights = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
     if rank == 0:
         print(f"final loss {loss.item():.6f}, weights sum {weights.double().sum().item():.9f}")
-    # Leave together, and free the group now, not at interpreter exit: a gloo thread still
-    # finishing a collective while the interpreter shuts down aborts the process
-    # ("terminate called without an active exception"). DDP holds the group, so the model
-    # goes first; gc.collect() frees it through DDP's reference cycles.
-    dist.barrier()
-    del model
-    gc.collect()
-    dist.destroy_process_group()  # the group's last holder: its threads are joined here
+    dist.barrier()  # no process tears the group down while another still uses it
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
