@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from checkout_guard import pytest_sessionfinish, pytest_sessionstart  # noqa: F401 - hooks: the run leaves the checkout alone
 
 from lptrain.comm.algorithms import SCHEDULES
 from lptrain.communicators import build_communicator
