@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lptrain.exits import EXIT_PEER_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED
+from lptrain.exits import EXIT_PEER_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED, end_if_reader_gone, quiet_on_closed_pipe
 
 if TYPE_CHECKING:
     from lptrain.train.run_config import RunConfig
@@ -222,6 +223,9 @@ def _task(cfg) -> float | None:
         return run(config, run_dir, overrides)
     except CollectiveError as err:
         peer_failed(err)
+    except BrokenPipeError as err:  # `lptrain | head`: ends quietly (a SystemExit passes through Hydra)
+        end_if_reader_gone(err)
+        raise
     except Exception as err:
         said = classify(err)
         if said is None:
@@ -260,15 +264,25 @@ def _record_failure(run_dir: Path, message: str, code: int, keep: bool) -> None:
         pass
 
 
+def _printed_by_hydra(app) -> None:
+    """Run ``app`` for what Hydra itself prints (``--cfg job``, ``--info``), its stdout held
+    and written here: Hydra would report a failure of its own print (a closed pipe, as
+    ``| head`` leaves) as an error with a traceback, where lptrain ends quietly."""
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(held):
+            app()
+    finally:
+        sys.stdout.write(held.getvalue())
+
+
+@quiet_on_closed_pipe  # `lptrain --help | head`: the reader has what it wanted
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if any(a in ("-h", "--help") for a in args):
         from lptrain.settings.cli_help import render_help
 
-        try:
-            print(render_help(), flush=True)
-        except BrokenPipeError:  # `lptrain --help | head`: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(render_help(), flush=True)
         return
     from lptrain.settings.preflight import preflight, print_sweep, shows_config, sweep_shown, task_overrides
 
@@ -294,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     app = hydra.main(version_base=None, config_path=str(configs_dir()), config_name="config")(_task)
     sys.argv = [sys.argv[0], *args]
     try:
-        app()
+        app() if jobs else _printed_by_hydra(app)
     except KeyboardInterrupt:  # a second Ctrl-C: stopped without saving
         _ignore_interrupts()
         print("\nlptrain: interrupted", file=sys.stderr, flush=True)

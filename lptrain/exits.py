@@ -15,6 +15,8 @@ code   meaning
 4      the run's files could not be written (disk full, read-only file system)
 5      lptrain-cluster: this host cannot carry the emulated cluster asked for (below fidelity)
 130    stopped by Ctrl-C (SIGINT); 143 by SIGTERM: after the checkpoint was written
+141    the reader of stdout (or stderr) closed it, as ``| head`` does: stopped quietly, with
+       the code a program killed by SIGPIPE has, so ``set -o pipefail`` reads it the same
 =====  =====================================================================================
 
 A sweep (``lptrain -m``) runs every job even when some fail, reports each failed job in
@@ -22,6 +24,13 @@ one line, and exits with the code of its first failed job.
 """
 
 from __future__ import annotations
+
+import functools
+import os
+import select
+import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # a bad configuration or input
@@ -31,3 +40,67 @@ EXIT_LOW_FIDELITY = 5  # lptrain-cluster: the host cannot carry the links asked 
 EXIT_TIMEOUT = 124  # lptrain-cluster: the command ran past --timeout (as timeout(1) says it)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: the reader of stdout closed it (`lptrain-sim predict | head`)
+
+Main = TypeVar("Main", bound=Callable)
+
+
+def reader_gone(fd: int) -> bool:
+    """Whether ``fd`` is the writing end of a pipe (or socket) whose reader has closed it:
+    poll reports an error there, and nothing else written to it can arrive."""
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def end_if_reader_gone(err: BrokenPipeError) -> None:
+    """End the process quietly with EXIT_PIPE_CLOSED when ``err`` came from stdout or stderr,
+    whose reader has gone (``| head`` has what it wanted); return when it did not (a pipe of
+    the program's own: a peer, a child; the caller raises it again).
+
+    The closed streams are pointed at /dev/null first, so that nothing written later
+    fails again, the interpreter's own flush of stdout at exit included (which would print
+    "Exception ignored ... BrokenPipeError" and exit with 120)."""
+    gone = [s for s in (sys.__stdout__, sys.__stderr__) if s is not None and reader_gone(_fileno(s))]
+    if not gone:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in gone:
+        os.dup2(devnull, _fileno(stream))
+    os.close(devnull)
+    raise SystemExit(EXIT_PIPE_CLOSED) from err
+
+
+def _fileno(stream) -> int:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError):
+        return -1
+
+
+def quiet_on_closed_pipe(main: Main) -> Main:
+    """Every console script's ``main``, made to end quietly on a closed pipe: what it
+    printed is flushed before it returns (or exits), and a BrokenPipeError from its stdout
+    or stderr ends it with EXIT_PIPE_CLOSED and no traceback. Python ignores SIGPIPE, so
+    without this ``| head`` ends in a traceback and exit code 1 (a bug, by the table above);
+    restoring SIGPIPE instead would also kill a process on a peer's closed socket, which
+    the failure policy reports as exit code 3."""
+
+    @functools.wraps(main)
+    def command(*args, **kwargs):
+        try:
+            try:
+                result = main(*args, **kwargs)
+            except SystemExit:
+                sys.stdout.flush()
+                raise
+            sys.stdout.flush()
+            return result
+        except BrokenPipeError as err:
+            end_if_reader_gone(err)
+            raise
+
+    return command  # type: ignore[return-value]

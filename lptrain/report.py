@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lptrain.exits import quiet_on_closed_pipe
 from lptrain.train.stepstats import COMM_SHARE, comm_share, mean_std, read_jsonl, share_text, timed
 
 # Swept keys that make a numeric axis for "communication time against ..." (first found wins).
@@ -266,6 +267,7 @@ def plot(records: Sequence[RunRecord], keys: Sequence[str], out: Path) -> Path:
     return out
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lptrain-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("sweep", type=Path, help="a multirun folder (or any folder holding lptrain runs)")

@@ -202,6 +202,7 @@ def test_a_training_run_says_what_auto_chose(tmp_path, tuning_file):
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert "comm auto: allreduce of 841.3K: be (interpolated" in result.stdout

@@ -54,7 +54,8 @@ def test_a_missing_marker_stops_the_run_before_anything_is_measured(bm, tmp_path
     doc = tmp_path / "BENCHMARKS.md"
     doc.write_text(_doc(bm, ["processes"]))
     monkeypatch.setattr(bm.BY_NAME["inprocess"], "measure", None)  # would fail if it were called
-    code = bm.main(["--only", "inprocess", "--doc", str(doc), "--data-dir", str(tmp_path / "data")])
+    code = bm.main(["--only", "inprocess", "--doc", str(doc), "--data-dir", str(tmp_path / "data"),
+                    "--readme", str(tmp_path / "README.md")])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "benchmarks:inprocess" in err
 
@@ -113,7 +114,9 @@ def test_a_failed_section_leaves_the_document_and_its_data_as_they_were(bm, tmp_
     monkeypatch.setattr(bm.BY_NAME["inprocess"], "measure", fails)
     monkeypatch.setattr(bm.BY_NAME["data"], "measure", lambda run: {"not": "what render_data reads"})
     monkeypatch.setattr(bm, "machine", lambda: {})
-    assert bm.main(["--only", "inprocess,data", "--doc", str(doc), "--data-dir", str(data)]) == 1
+    readme = tmp_path / "README.md"  # none: the headline is not written
+    assert bm.main(["--only", "inprocess,data", "--doc", str(doc), "--data-dir", str(data),
+                    "--readme", str(readme)]) == 1  # fmt: skip
     assert doc.read_bytes() == before and not data.exists()
     assert not list(tmp_path.glob(".*.tmp"))
 
@@ -150,18 +153,19 @@ def test_the_gpu_section_refuses_in_one_line_without_cuda(bm, tmp_path, capsys, 
     doc = tmp_path / "BENCHMARKS.md"
     doc.write_text(_doc(bm, ["gpu"]))
     monkeypatch.setattr(bm, "cuda_available", lambda: False)
-    assert bm.main(["--only", "gpu", "--doc", str(doc)]) == 2
+    assert bm.main(["--only", "gpu", "--doc", str(doc), "--data-dir", str(tmp_path / "data"),
+                    "--readme", str(tmp_path / "README.md")]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "CUDA" in err
 
 
-def test_the_command_line_helps_lists_and_rejects_an_unknown_section():
+def test_the_command_line_helps_lists_and_rejects_an_unknown_section(tmp_path):
     run = [sys.executable, str(SCRIPT)]
-    shown = subprocess.run([*run, "--help"], capture_output=True, text=True, check=True).stdout
+    shown = subprocess.run([*run, "--help"], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert "--only" in shown and "--render" in shown and "cluster (only when named)" in shown
-    listed = subprocess.run([*run, "--list"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run([*run, "--list"], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert [line.split()[0] for line in listed.splitlines()][:2] == ["inprocess", "processes"]
-    bad = subprocess.run([*run, "--only", "nonsense"], capture_output=True, text=True)
+    bad = subprocess.run([*run, "--only", "nonsense"], capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "no section nonsense" in bad.stderr
 
 
@@ -193,3 +197,29 @@ def test_a_rewritten_document_keeps_its_permissions(bm, tmp_path):
     doc.chmod(0o644)
     bm.write_atomically(doc, "new\n")
     assert doc.read_text() == "new\n" and doc.stat().st_mode & 0o777 == 0o644
+
+
+def test_run_as_these_tests_run_it_the_script_leaves_its_checkout_clean(tmp_path):
+    """benchmarks.py on a document and data folder of its own, without --readme (as the tests
+    above run it), inside a git checkout: ``git status`` there is clean after, README.md
+    included (its headline table is not rewritten from a folder with no data)."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(ROOT / "scripts", checkout / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "README.md", checkout / "README.md")
+    (checkout / ".gitignore").write_text("__pycache__/\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "start"]):
+        subprocess.run([*git, *command], cwd=checkout, check=True)
+    doc = tmp_path / "BENCHMARKS.md"
+    shutil.copy(ROOT / "docs" / "BENCHMARKS.md", doc)
+    script = checkout / "scripts" / "benchmarks.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--render", "--doc", str(doc), "--data-dir", str(tmp_path / "data")],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=checkout, capture_output=True, text=True)
+    assert status.stdout == "", status.stdout

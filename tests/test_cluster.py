@@ -92,8 +92,8 @@ def test_rates_read_as_tc_writes_them():
         (["--", "no-such-program-anywhere"], "command 'no-such-program-anywhere' was not found"),
     ],
 )
-def test_bad_arguments_are_one_line_and_exit_code_2(args, says):
-    run = subprocess.run([*CLUSTER, *args], capture_output=True, text=True, timeout=60)
+def test_bad_arguments_are_one_line_and_exit_code_2(args, says, tmp_path):
+    run = subprocess.run([*CLUSTER, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lptrain-cluster: error: ") and says in lines[0], run.stderr

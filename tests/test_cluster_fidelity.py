@@ -282,8 +282,10 @@ def test_a_faithful_host_prints_the_check_first_and_runs_the_command(monkeypatch
     assert "fidelity: " in text and text.count(" -> node ") == 4
 
 
-def test_a_bad_fidelity_window_is_a_usage_error():
-    run = subprocess.run([*CLUSTER, "--fidelity-window", "0", "--", "true"], capture_output=True, text=True, timeout=60)
+def test_a_bad_fidelity_window_is_a_usage_error(tmp_path):
+    run = subprocess.run(
+        [*CLUSTER, "--fidelity-window", "0", "--", "true"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert run.returncode == 2 and "--fidelity-window must be a positive number" in run.stderr
 
 

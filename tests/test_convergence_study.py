@@ -20,6 +20,7 @@ def study(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -80,7 +81,9 @@ def test_bad_arguments_are_refused_with_the_valid_choices(tmp_path):
         (["--short-steps", "1"], "at least 2"),
         (["--bogus"], "unknown argument '--bogus'"),
     ):
-        out = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
         assert out.returncode == 2, (args, out.stderr)
         assert words in out.stderr, (args, out.stderr)
         assert "Traceback" not in out.stderr

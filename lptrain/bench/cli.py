@@ -28,7 +28,7 @@ from lptrain.comm.devices import DEVICE_TYPES
 from lptrain.comm.distributed import CollectiveError
 from lptrain.comm.measure import OPS
 from lptrain.comm.sizes import parse_size_range
-from lptrain.exits import EXIT_PEER_FAILED
+from lptrain.exits import EXIT_PEER_FAILED, quiet_on_closed_pipe
 from lptrain.train.launch import finish, launched_by_torchrun
 
 
@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -47,7 +47,7 @@ from lptrain.cluster.netns import (
     stale_prefixes,
 )
 from lptrain.cluster.plan import LAYOUTS, PLACEMENTS, ClusterPlan, ClusterSpec, ClusterSpecError, build_plan, parse_rate
-from lptrain.exits import EXIT_LOW_FIDELITY, EXIT_USAGE
+from lptrain.exits import EXIT_LOW_FIDELITY, EXIT_USAGE, quiet_on_closed_pipe
 
 IN_USERNS = "LPTRAIN_CLUSTER_IN_USERNS"
 
@@ -273,6 +273,7 @@ def _start(cluster: Cluster, args: argparse.Namespace, log_dir: Path, command: l
     return fidelity
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from lptrain.cluster.netns import Cluster
-from lptrain.exits import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_TIMEOUT
+from lptrain.exits import EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_TERMINATED, EXIT_TIMEOUT
 
 MASTER_PORT = 29500
 
@@ -91,12 +91,14 @@ def node_argv(cluster: Cluster, node: int, launch: Launch) -> list[str]:
 
 
 class _Echo(threading.Thread):
-    """Copies node 0's output to its log and to the console, and notices the link-down cue."""
+    """Copies node 0's output to its log and to the console, and notices the link-down cue
+    and a console whose reader has gone (``| head``: the run then stops, as on a signal)."""
 
     def __init__(self, stream, log: Path, echo: TextIO | None, cue: str | None) -> None:
         super().__init__(name="lptrain-cluster-echo", daemon=True)
         self.stream, self.log, self.echo, self.cue = stream, log, echo, cue
         self.cue_seen = threading.Event()
+        self.reader_gone = threading.Event()
 
     def run(self) -> None:
         with open(self.log, "a", encoding="utf-8", errors="replace") as out:
@@ -104,8 +106,12 @@ class _Echo(threading.Thread):
                 out.write(line)
                 out.flush()
                 if self.echo is not None:
-                    self.echo.write(line)
-                    self.echo.flush()
+                    try:
+                        self.echo.write(line)
+                        self.echo.flush()
+                    except BrokenPipeError:  # the log keeps every line; the console takes no more
+                        self.echo = None
+                        self.reader_gone.set()
                 if self.cue is not None and self.cue in line:
                     self.cue_seen.set()
 
@@ -213,6 +219,10 @@ def _wait(cluster: Cluster, launch: Launch, procs, echo, stop: Stop, began: floa
             name = signal.Signals(stop.signum).name
             outcome.code = EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_TERMINATED
             outcome.reason = f"stopped by {name}: every node was ended and the namespaces removed"
+            return
+        if echo is not None and echo.reader_gone.is_set():
+            outcome.code = EXIT_PIPE_CLOSED
+            outcome.reason = "the console's reader closed it: every node was ended and the namespaces removed"
             return
         if launch.timeout_s is not None and now - began > launch.timeout_s:
             outcome.code = EXIT_TIMEOUT

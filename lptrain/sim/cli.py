@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from lptrain.comm.algorithms.order import check_order, format_order, is_identity
 from lptrain.comm.measure import OPS, bus_factor
 from lptrain.comm.sizes import format_size, message_sizes, parse_size, parse_size_range
+from lptrain.exits import quiet_on_closed_pipe
 from lptrain.sim.calibrate import compare, fit, measure
 from lptrain.sim.predict import ALGOS, predict, rack_orders
 from lptrain.sim.rates import parse_rate, uplink_rate
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
