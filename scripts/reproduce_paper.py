@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from doctools import DOCS  # noqa: E402
 from doctools.document import rewrite_keeping_sections  # noqa: E402
+from doctools.machine import briefly  # noqa: E402
 from doctools.markdown import table  # noqa: E402
 from lptrain.comm.algorithms import SCHEDULES, VARIANTS, WITH_VARIANTS  # noqa: E402
 from lptrain.comm.sizes import format_size  # noqa: E402
@@ -49,7 +49,7 @@ _STYLE = {"lp": "-o", "lp-rb": "--o", "mst": "-s", "be": "-^", "ring": "-v"}
 _COLOR = {"lp": "C0", "lp-rb": "C5", "mst": "C1", "be": "C2", "ring": "C3"}  # the same in every panel
 STYLE = {a: _STYLE.get(a, "-d") for a in ALGOS}  # an algorithm added since: diamonds, a colour of its own
 COLOR = {a: _COLOR.get(a, f"C{6 + i}") for i, a in enumerate(ALGOS)}
-MODELS = {"AlexNet": 233 * MiB, "GoogLeNet": 51 * MiB, "VGG-16": 528 * MiB}  # fp32 gradients, PAPER.md
+MODELS = {"AlexNet": 233 * MiB, "GoogLeNet": 51 * MiB, "VGG-16": 528 * MiB}  # fp32 gradients, as in the paper
 ONE_PORT_MACHINES = ("oneport", "pcie", "pcie2s")  # one port per GPU: the paper's kind of machine
 ALL_MACHINES = ("oneport", "pcie", "pcie2s", "nvlink", "private")
 BIG = 256 * MiB  # the message of claims 1 and 2 (about AlexNet's gradient)
@@ -310,7 +310,7 @@ def section_intro(grid: Grid) -> list[str]:
         "# The paper's claims, checked",
         "",
         f"Written by `python scripts/reproduce_paper.py{' --quick' if grid.quick else ''}` on "
-        f"{datetime.date.today().isoformat()} ({platform.machine()}, Python {platform.python_version()}).",
+        f"{datetime.date.today().isoformat()}, on {briefly()}.",
         "",
         "## What is derived, what is typical, what is measured",
         "",
@@ -325,7 +325,7 @@ def section_intro(grid: Grid) -> list[str]:
         "  a 12.5 GB/s network port per node. The paper's machine is not known beyond its abstract, so the",
         "  sensitivity section sweeps alpha from 1 to 20 us and repeats each headline on every machine model.",
         "- **Derived here**: the single-port closed forms of LP's overlapped allreduce and of the ring's reduce",
-        '  (`lptrain/sim/costmodel.py`, `ports="one"`; the other forms are PAPER.md\'s), the flatness metric and',
+        '  (`lptrain/sim/costmodel.py`, `ports="one"`; the other forms are the paper\'s), the flatness metric and',
         "  the explanation of the 2x below. The simulator equals every closed form on `oneport` and `private`",
         "  (tests/test_sim.py, every algorithm and operation, P = 2 to 32).",
         "- **Measured** on this machine's CPU: only the calibration section at the end and claim 4 (in",
@@ -462,7 +462,7 @@ def section_claim2(grid: Grid, c2: dict) -> list[str]:
         f"At {format_size(big)}, P = {p}: {one['allreduce']:.2f} on oneport, {pcie['allreduce']:.2f} on pcie, "
         f"{c2[('allreduce', 'private')][big]:.2f} on private. Only a multi-port machine (`private`, `nvlink`:",
         "  a separate link toward each neighbour) lets the two streams run at once, giving LP's allreduce",
-        '  about n beta and the ratio its 2(P-1)/P limit. The old text\'s "private-link limit" was that case,',
+        '  about n beta and the ratio its 2(P-1)/P limit. A "private-link limit" of LP\'s allreduce is that case,',
         "  not the paper's claim.",
         "- Small messages are latency-bound and favour BE: it needs about 2 log2 P messages, LP P - 2 + k.",
         "",

@@ -14,21 +14,33 @@ copy of the checkout (its tracked and unignored files only) and checked by what 
 
 The commands of one document run in order in one scratch folder that stands in for /tmp,
 so that a resume finds the run its document made just before.
+
+A sample output (a plain block that starts with ``$ COMMAND``, ``doctools.samples``) is
+compared line by line with what its command prints, the figures that vary masked, where
+the command is cheap: one the rules above run, a ``lptrain-sim predict``, an ``lptrain``
+command whose sample is its one-line refusal, and the first lines of an ``lptrain`` run
+(a sample that ends in ``...``: the run is stopped once they are all there). The others
+are rewritten from a real run by ``python scripts/doc_samples.py``.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from doctools.samples import ELLIPSIS, Sample, mismatch, samples
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -167,6 +179,9 @@ def test_the_documents_hold_commands_and_every_one_has_a_rule(tmp_path):
     for command in commands:
         if not SET_UP.match(command.text):
             plan(command, tmp_path)  # raises for a command no rule covers
+    for document in DOCUMENTS:
+        for sample in samples(document, (ROOT / document).read_text()):
+            plan(Command(document, sample.line, sample.command), tmp_path)
     # the extractor itself: a continuation, a comment and an inline table command
     sample = "```bash\nlptrain a=1 \\\n    b=2   # why\n```\n| x | `lptrain-bench --help` |\n"
     assert [c.text for c in bash_commands("README.md", sample)] == ["lptrain a=1 b=2", "lptrain-bench --help"]
@@ -198,3 +213,113 @@ def test_the_commands_of_a_document_run_from_a_clean_checkout(document, checkout
         if how == "cfg" and result.returncode == 2 and USERS_MACHINE.search(said):
             continue  # a path or a device of the user's machine; the keys and values were checked first
         assert result.returncode == 0, f"{where}\n{said}"
+
+
+def sample_argv(sample: Sample, scratch: Path) -> list[str] | None:
+    """The argv that prints ``sample`` here, or None where that costs too much for every
+    test run (a long training run, a benchmark, a cluster)."""
+    how, argv, _ = plan(Command(sample.document, sample.line, sample.command), scratch)
+    words = shlex.split(sample.command.replace("/tmp/", f"{scratch}/"))
+    refusal = bool(sample.lines) and sample.lines[-1].startswith("lptrain: error:")
+    first_lines = bool(sample.lines) and sample.lines[-1].strip() == ELLIPSIS
+    if how == "run":
+        return argv
+    if words[:2] == ["lptrain-sim", "predict"] or (words[0] == "lptrain" and (refusal or first_lines)):
+        return words
+    return None
+
+
+def printed(sample: Sample, argv: list[str], cwd: Path, env: dict[str, str], scratch: Path) -> list[str]:
+    """What ``argv`` prints, stdout and stderr in the order written, the scratch folder shown
+    as /tmp. A sample of the first lines stops the command once they are all there."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for row in proc.stdout:
+            lines.put(row)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    output: list[str] = []
+    deadline = time.monotonic() + 120
+    try:
+        while True:
+            row = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            if row is None:
+                break
+            output.append(row.rstrip("\n").replace(str(scratch), "/tmp"))
+            if sample.lines[-1:] == [ELLIPSIS] and mismatch(sample.lines, output) is None:
+                break
+    except queue.Empty:
+        pass  # the comparison below says what was missing
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=30)
+    return output
+
+
+SAMPLE_DOCUMENTS = [d for d in DOCUMENTS if samples(d, (ROOT / d).read_text())]
+
+
+@pytest.mark.parametrize("document", SAMPLE_DOCUMENTS)
+def test_the_samples_of_a_document_are_what_their_commands_print(document, checkout, tmp_path):
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "PYTHONPATH": str(checkout), "PATH": path, "PYTHONUNBUFFERED": "1"}
+    compared = 0
+    for sample in samples(document, (checkout / document).read_text()):
+        argv = sample_argv(sample, tmp_path)
+        if argv is None:
+            continue
+        problem = mismatch(sample.lines, printed(sample, argv, checkout, env, tmp_path))
+        assert problem is None, f"{sample.where}: {problem}"
+        compared += 1
+    if not compared:
+        pytest.skip(f"{document}'s samples come from long runs (scripts/doc_samples.py rewrites them)")
+
+
+def test_a_sample_is_held_to_every_figure_that_does_not_vary():
+    shown = [
+        "lptrain: small (0.22M parameters, 0.8 MiB communicated per step) on mnist, lp over 4 x cpu, 300 steps",
+        "...",
+        "  communication   1.4 ms per iteration (sd 0.9; 3% of the step), 0.63 GB/s",
+    ]
+    output = [
+        "lptrain: small (0.22M parameters, 0.8 MiB communicated per step) on mnist, lp over 4 x cpu, 300 steps",
+        "step  10/300 | loss 2.0975 | acc  29.5% | data    0.4 ms",
+        "  communication   12.8 ms per iteration (sd 10.2; 13% of the step), 0.07 GB/s",
+    ]
+    assert mismatch(shown, output) is None  # times, spreads, shares and rates vary
+    assert "300 steps" in mismatch([shown[0].replace("300", "200"), *shown[1:]], output)
+    assert "0.22M" in mismatch([shown[0].replace("0.22M", "0.23M"), *shown[1:]], output)
+    assert mismatch(shown[:1], output)  # the output goes on: the sample must say so with '...'
+    assert mismatch([*shown[:2], "lptrain: error: x"], output)
+
+
+def test_the_benchmarks_full_run_time_is_the_sum_of_its_sections_estimates():
+    import benchmark_sections
+
+    minutes = sum(s.minutes for s in benchmark_sections.SECTIONS if s.default)
+    opening = (ROOT / "docs" / "BENCHMARKS.md").read_text().split("\n\n")[1]
+    assert f"about {minutes} minutes" in opening, (
+        f"BENCHMARKS.md's opening should say a full run takes about {minutes} minutes"
+    )
+
+
+# Its machine line comes from doctools/cluster_experiment.py's own record of the machine.
+MACHINE_ELSEWHERE = {"scripts/cluster_results.py"}
+
+
+def test_every_generator_names_its_machine_in_the_shared_words():
+    """A script that writes a document says where it measured through doctools.machine, so
+    that every document names a machine the same way."""
+    writes = re.compile(r"\b(update_sections|rewrite_keeping_sections|write_atomically|replace_section)\(")
+    generators = [p for p in sorted((ROOT / "scripts").glob("*.py")) if writes.search(p.read_text())]
+    assert len(generators) >= 4
+    for script in generators:
+        name = str(script.relative_to(ROOT))
+        if name not in MACHINE_ELSEWHERE:
+            assert "from doctools.machine import" in script.read_text(), (
+                f"{name} writes a document without doctools.machine"
+            )

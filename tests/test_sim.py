@@ -136,6 +136,14 @@ def test_fit_recovers_known_constants():
     assert all(abs(r["error"]) < 1e-6 for r in compare(synthetic, fitted))
 
 
+def test_a_constant_the_fit_pinned_to_zero_is_said_so_not_printed_as_an_infinite_rate():
+    fitted = HostFit(16e-6, 1.3e-6, 57e9, 16e9, gamma=0.0, cache_bytes=32 << 20)
+    said = fitted.describe()
+    assert "inf" not in said and "gamma = 0 (pinned by the fit" in said, said
+    measured = HostFit(16e-6, 1.3e-6, 57e9, 16e9, gamma=10.8e-12, cache_bytes=32 << 20)
+    assert "gamma = 10.8 ps/B (= 92.6 GB/s of additions)" in measured.describe()
+
+
 def test_calibration_runs_on_this_machine():
     runs = measure(3, [1 << 12, 1 << 16], algos=("lp", "ring"), ops=("allreduce",), trials=1, target_s=0.005)
     model = fit(runs)

@@ -82,13 +82,23 @@ class HostFit:
         )
 
     def describe(self) -> str:
+        """The constants in one line. A constant the fit pinned to 0 (its free value came out
+        negative: the measurements cannot tell that cost apart from the others) is said to
+        be pinned, not printed as an infinite rate."""
+        if self.gamma:
+            gamma = f"gamma = {self.gamma * 1e12:.1f} ps/B (= {1 / self.gamma / 1e9:.1f} GB/s of additions)"
+        else:
+            gamma = "gamma = 0 (pinned by the fit: the additions' cost could not be told apart from the copies')"
         return (
             f"c0 = {self.call_overhead * 1e6:.1f} us per call, alpha = {self.transfer_overhead * 1e6:.2f} us per "
-            f"transfer, copies at {self.cached_bandwidth / 1e9:.1f} GB/s while P x message fits the "
-            f"{self.cache_bytes // 2**20} MiB cache and {self.memory_bandwidth / 1e9:.1f} GB/s beyond, "
-            f"gamma = {self.gamma * 1e12:.1f} ps/B (= {1 / self.gamma / 1e9 if self.gamma else float('inf'):.1f} GB/s "
-            "of additions)"
+            f"transfer, copies at {_rate(self.cached_bandwidth)} while P x message fits the "
+            f"{self.cache_bytes // 2**20} MiB cache and {_rate(self.memory_bandwidth)} beyond, {gamma}"
         )
+
+
+def _rate(bytes_per_s: float) -> str:
+    """A fitted copy bandwidth; an infinite one is a beta the fit pinned to 0."""
+    return f"{bytes_per_s / 1e9:.1f} GB/s" if bytes_per_s != float("inf") else "no measurable cost (pinned by the fit)"
 
 
 def features(m: Measurement, cache_bytes: int) -> list[float]:

@@ -3,7 +3,10 @@
 - ``document``: a document's sections between ``<!-- PREFIX:NAME -->`` markers, rewritten in place.
 - ``files``: files written atomically (a reader never sees half of one), JSON among them.
 - ``markdown``: tables and GitHub's heading anchors.
-- ``machine``: what a figure depends on besides the code (CPU, cores, memory, torch).
+- ``machine``: what a figure depends on besides the code (CPU, cores, memory, torch): the one
+  description of a machine every generator writes beside its figures.
+- ``samples``: the sample outputs of the documents (``$ COMMAND`` blocks) held against what
+  their commands print (``tests/test_docs_commands.py``, ``scripts/doc_samples.py``).
 - ``commands``: commands written as a user types them, run with this interpreter, their
   output streamed.
 - ``torchrun``: the torchrun command built once, a run's JSON result read once.
