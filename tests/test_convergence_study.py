@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "convergence.py"
 QUICK = ["--networks", "small", "--long-steps", "6", "--short-steps", "3"]
 SMALL_RUNS = ["trainer.devices=cpu*3", "trainer.batch_per_device=8", "optim.schedule=cosine", "optim.lr=0.05"]
@@ -35,6 +37,7 @@ def table_rows(text: str) -> dict[tuple[str, str], list[str]]:
     return rows
 
 
+@pytest.mark.slow  # nine short training runs, three times over (about 45 s): CI time
 def test_every_communicator_follows_lp_and_the_report_and_figure_are_written(tmp_path):
     # A cosine schedule depends on the run's length: the short runs must still follow the
     # long run's schedule, or their curves would differ for a reason that is not the sum.
