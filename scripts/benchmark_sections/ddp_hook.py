@@ -20,7 +20,7 @@ QUESTION = (
     "PyTorch DDP averaging its buckets with lptrain's communication hook, and DDP on lptrain's process-group "
     "backend, beside DDP's own allreduce."
 )
-MINUTES = 4
+MINUTES = 5
 DEFAULT = True
 ROUNDS = 5
 RING_GOAL = 0.95  # DDP with the ring hook against DDP native, in steps per second

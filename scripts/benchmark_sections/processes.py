@@ -27,7 +27,7 @@ QUESTION = (
     "The schedules across processes (torch.distributed point-to-point over gloo) against gloo's own "
     "allreduce, and Open MPI's where it is installed."
 )
-MINUTES = 7
+MINUTES = 11
 DEFAULT = True
 ROUNDS = 7
 PROCESSES = (2, 4)
