@@ -1,7 +1,9 @@
 """What several sections' tables share: the benchmark's rows as saved, size labels, the
-spread of repeated rounds and the sentence on the results' checks."""
+spread of repeated rounds, medians with their range, and the sentence on the results' checks."""
 
 from __future__ import annotations
+
+import statistics
 
 # The columns of lptrain-bench's JSON rows a section keeps (the rest is recomputed or unused).
 KEEP = (
@@ -37,6 +39,13 @@ def size_label(nbytes: int) -> str:
 def spread(times: list[float]) -> float:
     """How far apart the rounds of one variant were: slowest / fastest - 1."""
     return max(times) / min(times) - 1 if len(times) > 1 else 0.0
+
+
+def median_range(values: list[float]) -> str:
+    """``0.93x (0.85-1.02)``: the median of per-round ratios and, in brackets, the lowest and
+    highest round (the median alone where there was one round)."""
+    middle = f"{statistics.median(values):.2f}x"
+    return middle if len(values) < 2 else f"{middle} ({min(values):.2f}-{max(values):.2f})"
 
 
 def wrong_sentence(rows: list[dict]) -> str:
