@@ -173,7 +173,9 @@ class Watched:
 @needs_namespaces
 def test_the_benchmark_and_a_training_run_across_four_namespaces(tmp_path):
     rows_file = tmp_path / "rows.json"
-    run = Watched(["--nodes", "4", "--link", "1gbit", "--logs", str(tmp_path / "bench"), "--",
+    # Correctness, not figures: on a loaded host the fidelity check may find 1gbit out of
+    # reach and refuse (tests/test_cluster_fidelity.py tests that); here the runs go on anyway.
+    run = Watched(["--nodes", "4", "--link", "1gbit", "--accept-low-fidelity", "--logs", str(tmp_path / "bench"), "--",
                    "lptrain-bench", "--op", "all", "--algo", "lp,mst,be,ring,nccl", "-b", "64K", "-e", "256K",
                    "-n", "1", "--trials", "1", "--json", str(rows_file)], cwd=tmp_path)  # fmt: skip
     code, out, err = run.finish()
@@ -188,7 +190,7 @@ def test_the_benchmark_and_a_training_run_across_four_namespaces(tmp_path):
         "cluster.txt", "fidelity.json", "node0.log", "node1.log", "node2.log", "node3.log"]  # fmt: skip
     assert "every node finished" in err
 
-    run = Watched(["--nodes", "4", "--link", "1gbit", "--logs", str(tmp_path / "train"), "--",
+    run = Watched(["--nodes", "4", "--link", "1gbit", "--accept-low-fidelity", "--logs", str(tmp_path / "train"), "--",
                    "lptrain", "comm=lp", "trainer.devices=cpu*1", "trainer.steps=3", "trainer.batch_per_device=8",
                    "trainer.eval_every=0", "trainer.progress=false", "trainer.tensorboard=false",
                    f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)  # fmt: skip
