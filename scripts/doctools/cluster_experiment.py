@@ -27,6 +27,7 @@ from doctools.launch import lptrain_cluster
 from lptrain.cluster.plan import parse_rate
 from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS
 from lptrain.comm.sizes import parse_size
+from lptrain.sim.rates import parse_fraction
 
 OPS = ("broadcast", "reduce", "allreduce")
 SCHEDULE_ALGOS = SCHEDULES
@@ -46,8 +47,7 @@ class Layout:
 
     @property
     def uplink_fraction(self) -> float:
-        top, _, bottom = self.uplink.partition("/")
-        return float(top) / float(bottom or 1)
+        return parse_fraction(self.uplink, "a layout's uplink")
 
     def options(self, link: str) -> tuple[str, ...]:
         if self.racks == 1:

@@ -30,6 +30,13 @@ def _order(text: str) -> tuple[int, ...] | None:
     return None if text == "natural" else tuple(int(x) for x in text.split("-"))
 
 
+def parse_chose(text: str) -> tuple[str, dict[str, str]]:
+    """comm=auto's summary of what it ran (``lp block=65536 order=0-2-1-3``, as
+    ``lptrain.auto.tuning.Choice.summary`` writes it): the algorithm and its settings."""
+    algo, *settings = text.split()
+    return algo, dict(s.split("=", 1) for s in settings)
+
+
 def run_of(row: dict, rows: list[dict]) -> Run | None:
     """A fixed algorithm's row runs itself; comm=auto's row runs what its ``chose`` names
     (``lp block=65536 order=0-2-1-3``), its block taken from the LP row of the same run
@@ -38,18 +45,17 @@ def run_of(row: dict, rows: list[dict]) -> Run | None:
         return Run(row["algo"], row.get("block"), None)
     if row["algo"] != "auto" or not row.get("chose"):
         return None
-    algo, *settings = row["chose"].split()
-    values = dict(s.split("=", 1) for s in settings)
+    algo, values = parse_chose(row["chose"])
     if algo not in WITH_VARIANTS:
         return None
     block = values.get("block")
     if block == "auto":
-        same = [r for r in rows if r["algo"] == "lp" and _same_run(r, row)]
+        same = [r for r in rows if r["algo"] == "lp" and same_run(r, row)]
         block = same[0]["block"] if same else None
     return Run(algo, int(block) if block else None, _order(values.get("order", "natural")))
 
 
-def _same_run(a: dict, b: dict) -> bool:
+def same_run(a: dict, b: dict) -> bool:
     keys = ("nodes", "size", "op")
     return all(a[k] == b[k] for k in keys) and layout_of(a) == layout_of(b)
 
@@ -58,7 +64,7 @@ def _segment(row: dict, rows: list[dict]) -> int:
     """The row's bytes per message (auto's row takes the one its fixed algorithm's row ran with)."""
     if row.get("segment"):
         return row["segment"]
-    same = [r["segment"] for r in rows if _same_run(r, row) and r.get("segment")]
+    same = [r["segment"] for r in rows if same_run(r, row) and r.get("segment")]
     return same[0] if same else row["size"]
 
 

@@ -56,8 +56,7 @@ def _cells(cell: dict[str, float]) -> list[str]:
 
 def chose(row: dict) -> str:
     """What comm=auto ran, in a table cell: ``lp block=65536 order=natural`` as ``lp 64K``."""
-    algo, *settings = (row.get("chose") or "?").split()
-    values = dict(s.split("=", 1) for s in settings)
+    algo, values = model.parse_chose(row.get("chose") or "?")
     block = values.get("block")
     text = algo + (f" {int(block) >> 10}K" if block and block.isdigit() else "")
     order = values.get("order", "natural")
@@ -102,7 +101,7 @@ def auto_against_gloo(data: dict, layout=STAR) -> tuple[float, dict] | None:
     ratios = []
     for r in rows:
         if r["algo"] == "auto" and r["op"] == "allreduce":
-            gloo = next((g for g in rows if g["algo"] == "gloo" and model._same_run(g, r)), None)
+            gloo = next((g for g in rows if g["algo"] == "gloo" and model.same_run(g, r)), None)
             if gloo:
                 ratios.append((r["time_us"] / gloo["time_us"], r))
     return max(ratios, key=lambda x: x[0]) if ratios else None
