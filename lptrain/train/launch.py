@@ -93,6 +93,13 @@ def any_across(flag: bool, device: torch.device, what: str = "the flag shared ac
     return bool(t.item())
 
 
+def max_across(value: int, device: torch.device, what: str = "the largest value across processes") -> int:
+    """The largest of every rank's ``value`` (a small non-negative integer), on every rank."""
+    t = torch.tensor([float(value)], device=_carrier(device))
+    across(what, lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX))
+    return int(t.item())
+
+
 def same_everywhere(tensor: torch.Tensor) -> bool:
     """Whether every rank holds these exact bytes."""
     digest = hashlib.sha1(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
