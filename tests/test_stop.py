@@ -92,3 +92,57 @@ def test_a_process_stopping_because_another_was_signalled_saves_on_its_own_first
         assert trainer._abort_requested
     finally:
         Trainer._restore_signal_handlers(previous)
+
+
+CHILD = """
+import signal, sys, time
+from lptrain.train.parent import stop_with_launcher
+def stopped(signum, frame):
+    print("stopped by", signal.Signals(signum).name, flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stopped)
+stop_with_launcher()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+LAUNCHER = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=open(sys.argv[2], "w"), start_new_session=True)
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_worker_whose_launcher_is_killed_is_stopped_with_sigterm(tmp_path):
+    """A launcher killed with SIGKILL passes no signal on; the kernel then sends its worker
+    (in a session of its own, as torchrun starts them) SIGTERM, on which the trainer saves."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from lptrain.cluster.netns import _alive
+
+    said = tmp_path / "child.txt"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, CHILD, str(said)], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(launcher.stdout.readline())
+        deadline = time.monotonic() + 60
+        while "ready" not in (said.read_text() if said.exists() else ""):
+            assert time.monotonic() < deadline and _alive(child), said.read_text() if said.exists() else ""
+            time.sleep(0.05)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 60  # a bound against a worker left running (120 s), not a timing
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the worker outlived its killed launcher"
+        assert "stopped by SIGTERM" in said.read_text()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)

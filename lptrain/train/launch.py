@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from lptrain.comm import liveness
 from lptrain.comm.distributed import peer_failure
+from lptrain.train.parent import stop_with_launcher
 
 T = TypeVar("T")
 
@@ -41,6 +42,8 @@ def init_from_environment(devices: list[torch.device], timeout_s: float) -> tupl
     """
     if not launched_by_torchrun():
         return 0, 1
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        stop_with_launcher()
     if not dist.is_initialized():
         join_default_group(devices[0], datetime.timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size()
