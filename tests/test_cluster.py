@@ -89,6 +89,7 @@ def test_rates_read_as_tc_writes_them():
         (["--slow", "x", "--", "true"], "--slow takes NODE=RATE"),
         (["--link-down", "2@soon", "--", "true"], "--link-down takes NODE@SECONDS"),
         (["--timeout", "0", "--", "true"], "--timeout must be a positive number"),
+        (["--stop-grace", "nan", "--", "true"], "--stop-grace must be a number of seconds"),
         ([], "give the command to run after --"),
         (["--", "no-such-program-anywhere"], "command 'no-such-program-anywhere' was not found"),
     ],

@@ -7,7 +7,9 @@ log lines below ERROR are not printed; when a worker fails the node exits with t
 worker's exit code (128 + the signal for a killed one) instead of printing torchrun's
 traceback, since the worker has already said why it failed; and when the node is stopped
 by a signal (which torchrun passes on to its workers, waiting for them), it exits with
-128 + that signal, as the workers do, without a traceback.
+128 + that signal, as the workers do, without a traceback. A node whose lptrain-cluster
+is killed (SIGKILL, which it cannot pass on) gets SIGTERM from the kernel, and stops its
+workers as on a SIGTERM.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+
+from lptrain.train.parent import stop_with_launcher
 
 
 def exit_code_of(failures: dict) -> int:
@@ -27,6 +31,7 @@ def exit_code_of(failures: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_with_launcher()  # lptrain-cluster killed (SIGKILL): stop the workers as on its SIGTERM
     os.environ.setdefault("LOGLEVEL", "ERROR")  # torch.distributed.elastic's loggers read it
     logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
     from torch.distributed.elastic.multiprocessing import SignalException

@@ -1,4 +1,5 @@
-"""A torchrun worker stops when its launcher dies, as it does when its launcher is stopped.
+"""A launched process stops when its launcher dies, as it does when its launcher is stopped:
+a torchrun worker when torchrun dies, a cluster's node when lptrain-cluster dies.
 
 Kept apart from ``launch.py`` (and from torch) so that it is cheap to import and to test.
 """
@@ -14,7 +15,8 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent d
 
 
 def stop_with_launcher() -> None:
-    """Have the kernel send this worker SIGTERM when torchrun, its parent, dies.
+    """Have the kernel send this process SIGTERM when its parent (torchrun, for a worker;
+    lptrain-cluster, for a node's torchrun) dies.
 
     torchrun starts each worker in a session of its own and passes a Ctrl-C or SIGTERM on
     to it, but a torchrun killed with SIGKILL passes nothing on: its workers would train
