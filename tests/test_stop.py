@@ -146,3 +146,23 @@ def test_a_worker_whose_launcher_is_killed_is_stopped_with_sigterm(tmp_path):
             launcher.wait()
         if child is not None and _alive(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_stop_whose_notice_cannot_be_printed_is_still_a_stop():
+    """Rank 0's console gone (its launcher killed, its pipe without a reader): the notice
+    fails to print, and the stop must still finish the step and save, not end the step
+    half-way with the print's BrokenPipeError."""
+    from types import SimpleNamespace
+
+    from lptrain.train.trainer import Trainer
+
+    def message(text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    trainer = SimpleNamespace(_stop_signal=0, _stop_requested=False, _stop_by=0, _abort_requested=False)
+    previous = Trainer._install_signal_handlers(trainer, SimpleNamespace(message=message))
+    try:
+        signal.raise_signal(signal.SIGTERM)
+        assert trainer._stop_signal == signal.SIGTERM and not trainer._abort_requested
+    finally:
+        Trainer._restore_signal_handlers(previous)

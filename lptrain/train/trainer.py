@@ -648,7 +648,10 @@ class Trainer:
                 self._abort_requested = True  # a save it lands in must not read as a disk failure
                 raise KeyboardInterrupt
             self._stop_signal = int(signum)
-            progress.message("stopping after this step (press Ctrl-C again to abort without saving)")
+            # A console without a reader (its launcher killed) must not end the step half-way:
+            # the stop saves first, and the closed pipe ends the process at its next line.
+            with contextlib.suppress(BrokenPipeError):
+                progress.message("stopping after this step (press Ctrl-C again to abort without saving)")
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
