@@ -231,7 +231,7 @@ class _Stopping:
         left = [i for i, code in outcome.node_codes.items() if code is None]
         how = None
         if not left:
-            how = "every node finished its step and ended"
+            how = "every node ended by itself"
         elif self.stop.count > 1:
             how = f"a second signal ended node(s) {', '.join(map(str, left))} at once"
         elif now - self.began > self.launch.stop_grace_s:
