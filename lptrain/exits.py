@@ -14,7 +14,9 @@ code   meaning
 3      a collective across processes failed: a peer died, stalled past the timeout, desynced
 4      the run's files could not be written (disk full, read-only file system)
 5      lptrain-cluster: this host cannot carry the emulated cluster asked for (below fidelity)
-130    stopped by Ctrl-C (SIGINT); 143 by SIGTERM: after the checkpoint was written
+130    stopped by Ctrl-C (SIGINT); 143 by SIGTERM: after the checkpoint was written (a second
+       Ctrl-C stops at once, unsaved: 130). lptrain-cluster passes the first on to every
+       worker and exits so once they have saved, or its --stop-grace has run out
 141    the reader of stdout (or stderr) closed it, as ``| head`` does: stopped quietly, with
        the code a program killed by SIGPIPE has, so ``set -o pipefail`` reads it the same
 =====  =====================================================================================

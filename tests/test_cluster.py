@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from lptrain.cluster import cli
 from lptrain.cluster.netns import _alive, list_namespaces, pids_in
@@ -88,6 +89,7 @@ def test_rates_read_as_tc_writes_them():
         (["--slow", "x", "--", "true"], "--slow takes NODE=RATE"),
         (["--link-down", "2@soon", "--", "true"], "--link-down takes NODE@SECONDS"),
         (["--timeout", "0", "--", "true"], "--timeout must be a positive number"),
+        (["--stop-grace", "nan", "--", "true"], "--stop-grace must be a number of seconds"),
         ([], "give the command to run after --"),
         (["--", "no-such-program-anywhere"], "command 'no-such-program-anywhere' was not found"),
     ],
@@ -212,6 +214,42 @@ def test_a_signal_ends_every_node_and_removes_every_namespace(tmp_path, sig, cod
     assert returned == code, err
     assert time.monotonic() - began < 30
     assert f"stopped by {signal.Signals(sig).name}" in err
+
+
+def _wait_for_steps(run: Watched, steps_file: Path, steps: int, timeout_s: float = 240) -> None:
+    """Until the training run has logged ``steps`` steps (it is a few steps in)."""
+    deadline = time.monotonic() + timeout_s
+    while not steps_file.exists() or len(steps_file.read_text().splitlines()) < steps:
+        assert run.proc.poll() is None, run.proc.communicate()
+        assert time.monotonic() < deadline, f"{steps} steps were not logged in {timeout_s} s"
+        time.sleep(0.1)
+
+
+@needs_namespaces
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stopped_training_run_saves_its_checkpoint_before_the_cluster_ends(tmp_path, sig, code):
+    """The first stop reaches every worker once: each finishes its step, rank 0 saves, and
+    only then are the nodes ended and the namespaces removed."""
+    run_dir = tmp_path / "run"
+    run = Watched(["--nodes", "2", "--accept-low-fidelity", "--logs", str(tmp_path / "logs"), "--",
+                   "lptrain", "trainer.devices=cpu*1", "trainer.steps=100000", "trainer.batch_per_device=16",
+                   "trainer.checkpoint_every=0", "trainer.eval_every=0", "trainer.progress=false",
+                   "trainer.tensorboard=false", f"hydra.run.dir={run_dir}"], cwd=tmp_path)  # fmt: skip
+    try:
+        _wait_for_steps(run, run_dir / "steps.jsonl", 3)
+    except BaseException:
+        for _ in range(2):  # a stop, then the escalation: the cluster ends and removes all it made
+            run.proc.send_signal(signal.SIGINT)
+        run.finish(timeout_s=120)
+        raise
+    run.proc.send_signal(sig)
+    returned, out, err = run.finish(timeout_s=180)
+    assert returned == code, err[-3000:]
+    checkpoint = run_dir / "checkpoints" / "last.pt"
+    assert checkpoint.is_file(), f"no checkpoint; rank 0 said: {out[-2000:]} {err[-2000:]}"
+    assert "interrupted after step" in out and "resume with trainer.resume=" in out, out[-2000:]
+    assert torch.load(checkpoint, weights_only=True)["step"] >= 3
 
 
 @needs_namespaces

@@ -353,7 +353,7 @@ def test_a_second_ctrl_c_during_the_checkpoint_write_is_an_interrupt_not_a_write
             return self.f.__exit__(*exc)
 
     monkeypatch.setattr(checkpoint.os, "fdopen", lambda fd, mode: SecondCtrlC(real_fdopen(fd, mode)))
-    trainer._stop_requested = True  # the first Ctrl-C: the step finishes, then the save
+    trainer._stop_signal = signal.SIGINT  # the first Ctrl-C: the step finishes, then the save
     previous = trainer._install_signal_handlers(SimpleNamespace(message=print))
     try:
         with pytest.raises(KeyboardInterrupt):

@@ -12,8 +12,10 @@ bucket), joined by a bridge in a switch namespace; one torchrun node runs the co
 each, rendezvousing over those links (gloo). Before the command, the fidelity check
 (``lptrain.cluster.fidelity``) has every port send and receive at once and refuses a
 cluster the host cannot carry. Rank 0's output is printed; every node's is kept in
-``--logs``, beside cluster.txt and fidelity.json. On success, failure, timeout or Ctrl-C,
-every process started is ended and every namespace made is deleted. Exit codes: the
+``--logs``, beside cluster.txt and fidelity.json. The first Ctrl-C (or SIGTERM) is passed
+on to every worker, which gets ``--stop-grace`` seconds to finish its step and save; a
+second Ctrl-C ends them at once. On success, failure, timeout or Ctrl-C, every process
+started is ended and every namespace made is deleted. Exit codes: the
 command's own (the first failing node's), 2 bad arguments or no privilege to make
 namespaces, 5 the host cannot carry the cluster (below fidelity), 124 timeout, 130
 Ctrl-C, 143 SIGTERM.
@@ -34,7 +36,7 @@ from pathlib import Path
 from lptrain.cluster import fidelity as fidelity_check
 from lptrain.cluster.fidelity import OPTION as ACCEPT_LOW_FIDELITY
 from lptrain.cluster.fidelity import Fidelity
-from lptrain.cluster.launch import Launch, LinkDown, Stop, run_on_cluster
+from lptrain.cluster.launch import STOP_GRACE_S, Launch, LinkDown, Stop, run_on_cluster
 from lptrain.cluster.netns import (
     Cluster,
     ClusterError,
@@ -106,6 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")
     parser.add_argument("--timeout", type=float, help="seconds before everything is stopped (default: none)")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds the others get after a node fails")
+    parser.add_argument(
+        "--stop-grace",
+        type=float,
+        default=STOP_GRACE_S,
+        metavar="SECONDS",
+        help=f"after the first Ctrl-C or SIGTERM, which every worker gets once: seconds they get to finish "
+        f"their step and save (a training run's checkpoint) before they are killed (default {STOP_GRACE_S:g}); "
+        "a second Ctrl-C kills them at once",
+    )
     parser.add_argument("--logs", type=Path, help="folder for each node's log (default outputs/cluster/DATE/TIME-PID)")
     parser.add_argument("--link-down", metavar="NODE@SECONDS", help="take a node's link down (fault injection)")
     parser.add_argument("--link-down-cue", metavar="TEXT", help="count --link-down's seconds from rank 0 printing TEXT")
@@ -201,6 +212,8 @@ def _validated(args: argparse.Namespace) -> tuple[ClusterSpec, list[str], LinkDo
         raise ClusterSpecError(f"--fidelity-window must be a positive number of seconds, got {args.fidelity_window}")
     if args.grace < 0:
         raise ClusterSpecError(f"--grace must be a number of seconds, at least 0, got {args.grace}")
+    if not args.stop_grace >= 0:
+        raise ClusterSpecError(f"--stop-grace must be a number of seconds, at least 0, got {args.stop_grace}")
     return spec, command, link_down
 
 
@@ -311,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
         nproc_per_node=args.nproc_per_node,
         timeout_s=args.timeout,
         grace_s=args.grace,
+        stop_grace_s=args.stop_grace,
         link_down=link_down,
         echo=None if args.quiet else sys.stdout,
         say=_say,

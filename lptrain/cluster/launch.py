@@ -1,11 +1,14 @@
 """Run one command on every node of an emulated cluster, and end all of it, whatever happens.
 
 Each node runs ``lptrain.cluster.node`` (torchrun's launcher) inside its namespace, in a
-session of its own, so a Ctrl-C reaches ``lptrain-cluster`` alone and it decides: every
-node is asked to stop (SIGTERM to its session), and whatever is still inside the
-cluster's namespaces a few seconds later is killed, by pid, before the namespaces are
-deleted. Rank 0's output is printed as it comes; every node's output is kept in
-``LOGS/node<i>.log``.
+session of its own, so a Ctrl-C reaches ``lptrain-cluster`` alone and it decides. The
+first Ctrl-C (or SIGTERM) is passed on once to every node's launcher, which passes it on
+once to its workers: a training run finishes its step, rank 0 saves the checkpoint, and
+every process ends by itself. They get ``stop_grace_s`` seconds for it (torchrun's own
+shutdown timeout is set to the same); a second Ctrl-C, or the end of the grace, ends them
+at once. Whatever is still inside the cluster's namespaces then is ended by pid (SIGTERM,
+then SIGKILL) before the namespaces are deleted. Rank 0's output is printed as it comes;
+every node's output is kept in ``LOGS/node<i>.log``.
 
 When one node fails the others get ``grace_s`` seconds to notice and stop by
 themselves (each names what it was waiting for), then they are stopped. A node's link
@@ -15,6 +18,7 @@ can be taken down on cue (``LinkDown``) to test exactly that.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -31,6 +35,7 @@ from lptrain.cluster.netns import Cluster
 from lptrain.exits import EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_TERMINATED, EXIT_TIMEOUT
 
 MASTER_PORT = 29500
+STOP_GRACE_S = 60.0  # what a stopped run gets to finish its step and save, by default
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class Launch:
     nproc_per_node: int = 1
     timeout_s: float | None = None
     grace_s: float = 30.0
+    stop_grace_s: float = STOP_GRACE_S
     link_down: LinkDown | None = None
     env: dict[str, str] = field(default_factory=dict)
     echo: TextIO | None = sys.stdout
@@ -66,11 +72,13 @@ class Outcome:
     elapsed_s: float = 0.0
 
 
-def node_environment(extra: dict[str, str]) -> dict[str, str]:
+def node_environment(extra: dict[str, str], stop_grace_s: float = STOP_GRACE_S) -> dict[str, str]:
     """The workers' environment: gloo and NCCL on the node's one interface, one thread per
-    process unless the user chose (several processes share this machine's cores)."""
+    process unless the user chose (several processes share this machine's cores), and
+    torchrun's wait for stopped workers before it kills them set to the stop grace."""
     env = dict(os.environ)
     env.update({"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"})
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(math.ceil(stop_grace_s))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra)
     return env
@@ -117,14 +125,16 @@ class _Echo(threading.Thread):
 
 
 class Stop:
-    """Signals turned into a request the run loop polls (a second Ctrl-C skips the grace)."""
+    """Signals turned into a request the run loop polls: the first asks the nodes to stop,
+    a second skips the rest of the grace (``signum`` stays the first's)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self.count = 0
 
     def __call__(self, signum, frame) -> None:
-        self.signum = signum
+        if self.signum is None:
+            self.signum = signum
         self.count += 1
 
     def install(self) -> dict:
@@ -137,7 +147,7 @@ class Stop:
 def run_on_cluster(cluster: Cluster, launch: Launch, stop: Stop | None = None) -> Outcome:
     """Start every node, wait for them (or the timeout, a failure, a signal), end them all."""
     stop = stop or Stop()
-    env = node_environment(launch.env)
+    env = node_environment(launch.env, launch.stop_grace_s)
     nodes = range(len(cluster.plan.nodes))
     procs: dict[int, subprocess.Popen] = {}
     files = []
@@ -186,26 +196,83 @@ def run_on_cluster(cluster: Cluster, launch: Launch, stop: Stop | None = None) -
     return outcome
 
 
-def _stop_session(proc: subprocess.Popen) -> None:
-    """SIGTERM to the session the node was started in (its launcher; the launcher stops its
-    workers), if it is still running."""
+def _stop_session(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """``sig`` to the session the node was started in (its launcher, which passes it on to
+    its workers: they run in sessions of their own), if it is still running."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, sig)
+
+
+def _passed_on(signum: int) -> int:
+    """The signal the workers get for a stop: Ctrl-C as itself, anything else (SIGTERM,
+    SIGHUP) as SIGTERM, the one other signal the trainer saves on."""
+    return signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
+
+
+class _Stopping:
+    """A stop in progress: passed on to every node once, then watched until they have all
+    ended, the grace is over, or a second signal comes."""
+
+    def __init__(self, launch: Launch, procs, stop: Stop, now: float) -> None:
+        self.launch, self.stop, self.began = launch, stop, now
+        self.name = signal.Signals(stop.signum).name
+        passed = _passed_on(stop.signum)
+        for proc in procs.values():
+            _stop_session(proc, passed)
+        launch.say(
+            f"{self.name}: passed on to every node; the workers get {launch.stop_grace_s:g} s to finish "
+            f"their step and save (--stop-grace), a second Ctrl-C ends them at once"
+        )
+
+    def over(self, outcome: Outcome, now: float) -> bool:
+        """Whether to stop waiting; ``outcome`` then says how the stop went."""
+        outcome.code = EXIT_INTERRUPTED if self.stop.signum == signal.SIGINT else EXIT_TERMINATED
+        left = [i for i, code in outcome.node_codes.items() if code is None]
+        how = None
+        if not left:
+            how = "every node ended by itself"
+        elif self.stop.count > 1:
+            how = f"a second signal ended node(s) {', '.join(map(str, left))} at once"
+        elif now - self.began > self.launch.stop_grace_s:
+            grace = self.launch.stop_grace_s
+            how = f"node(s) {', '.join(map(str, left))} still running after the {grace:g} s grace were ended"
+        if how is None:
+            return False
+        outcome.reason = f"stopped by {self.name}: {how}, and the namespaces removed"
+        return True
+
+
+def _poll_nodes(procs, outcome: Outcome, count_failures: bool) -> bool:
+    """Record the nodes that have ended; whether one of them is the first to fail (a node
+    ending while a stop is under way is the stop, not a failure)."""
+    first = False
+    for i, proc in procs.items():
+        code = proc.poll()
+        if code is not None and outcome.node_codes[i] is None:
+            outcome.node_codes[i] = code
+            if code != 0 and outcome.first_failure is None and count_failures:
+                outcome.first_failure, first = i, True
+    return first
 
 
 def _wait(cluster: Cluster, launch: Launch, procs, echo, stop: Stop, began: float, outcome: Outcome) -> None:
     down = launch.link_down
     cue_time = None if (down and down.cue) else began
     failed_at = None
+    stopping = None
     while True:
         now = time.monotonic()
-        for i, proc in procs.items():
-            code = proc.poll()
-            if code is not None and outcome.node_codes[i] is None:
-                outcome.node_codes[i] = code
-                if code != 0 and outcome.first_failure is None:
-                    outcome.first_failure, failed_at = i, now
+        failed = _poll_nodes(procs, outcome, count_failures=stopping is None)
+        if failed and failed_at is None:
+            failed_at = now
+        if stopping is None and stop.signum is not None:
+            stopping = _Stopping(launch, procs, stop, now)
+        if stopping is not None:
+            if stopping.over(outcome, now):
+                return
+            time.sleep(0.05)
+            continue
         if all(c is not None for c in outcome.node_codes.values()):
             break
         if down is not None:
@@ -215,11 +282,6 @@ def _wait(cluster: Cluster, launch: Launch, procs, echo, stop: Stop, began: floa
                 cluster.set_link(down.node, up=False)
                 launch.say(f"took node {down.node}'s link down at {now - began:.1f} s")
                 down = None
-        if stop.signum is not None:
-            name = signal.Signals(stop.signum).name
-            outcome.code = EXIT_INTERRUPTED if stop.signum == signal.SIGINT else EXIT_TERMINATED
-            outcome.reason = f"stopped by {name}: every node was ended and the namespaces removed"
-            return
         if echo is not None and echo.reader_gone.is_set():
             outcome.code = EXIT_PIPE_CLOSED
             outcome.reason = "the console's reader closed it: every node was ended and the namespaces removed"

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from lptrain.comm import liveness
 from lptrain.comm.distributed import peer_failure
+from lptrain.train.parent import stop_with_launcher
 
 T = TypeVar("T")
 
@@ -41,6 +42,8 @@ def init_from_environment(devices: list[torch.device], timeout_s: float) -> tupl
     """
     if not launched_by_torchrun():
         return 0, 1
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        stop_with_launcher()
     if not dist.is_initialized():
         join_default_group(devices[0], datetime.timedelta(seconds=timeout_s))
     return dist.get_rank(), dist.get_world_size()
@@ -91,6 +94,13 @@ def any_across(flag: bool, device: torch.device, what: str = "the flag shared ac
     t = torch.tensor([1.0 if flag else 0.0], device=_carrier(device))
     across(what, lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX))
     return bool(t.item())
+
+
+def max_across(value: int, device: torch.device, what: str = "the largest value across processes") -> int:
+    """The largest of every rank's ``value`` (a small non-negative integer), on every rank."""
+    t = torch.tensor([float(value)], device=_carrier(device))
+    across(what, lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX))
+    return int(t.item())
 
 
 def same_everywhere(tensor: torch.Tensor) -> bool:

@@ -52,7 +52,7 @@ from lptrain.train.checkpoint import (
     save_checkpoint,
 )
 from lptrain.train.commtime import comm_times
-from lptrain.train.launch import any_across, init_from_environment, same_everywhere, sum_across
+from lptrain.train.launch import any_across, init_from_environment, max_across, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
 from lptrain.train.overlap import OverlappedReduction, default_bucket_mb, gradient_buckets
 from lptrain.train.precision import PRECISIONS, LossScaler, autocast, check_precision
@@ -198,7 +198,12 @@ class Trainer:
         self.start_step = 0
         if t.resume:
             self._restore(load_checkpoint(t.resume))
-        self._stop_requested, self._stop_signal = False, 0
+        # A stop: the signal handler alone sets _stop_signal (this process's first SIGINT or
+        # SIGTERM), and never clears it; _stop_requested is what every process agreed after
+        # the last step, and _stop_by the signal they agreed on (the largest any received).
+        # A signal that lands while the agreement runs is thus carried into the next one.
+        self._stop_signal = 0
+        self._stop_requested, self._stop_by = False, 0
         self._abort_requested = False  # a second Ctrl-C or SIGTERM: stop at once, without saving
         self._saved_step: int | None = None  # the step of the last checkpoint this session wrote
 
@@ -539,10 +544,7 @@ class Trainer:
                 interval.append(last)
                 done = step + 1
                 log.step(done, last, last["warmup"])
-                if self.nprocs > 1:  # every process stops at the same step
-                    self._stop_requested = any_across(
-                        self._stop_requested, self.devices[0], f"the stop check after step {done}"
-                    )
+                self._stop_requested = self._stop_agreed(done)  # every process stops at the same step
                 logged = None
                 if done % t.log_every == 0 or done == self.stop_at or self._stop_requested:
                     logged = interval_mean(interval)
@@ -625,18 +627,31 @@ class Trainer:
             devices=describe_devices(self.devices, self.nprocs),
             run_dir=str(self.run_dir),
             checkpoint=str(checkpoint) if checkpoint else None,
-            interrupted_by=self._stop_signal if self._stop_requested else 0,
+            interrupted_by=self._stop_by if self._stop_requested else 0,
         )
 
+    def _stop_agreed(self, done: int) -> bool:
+        """Whether every process stops after step ``done``: whether any was signalled."""
+        if self.nprocs > 1:
+            self._stop_by = max_across(self._stop_signal, self.devices[0], f"the stop check after step {done}")
+        else:
+            self._stop_by = self._stop_signal
+        return bool(self._stop_by)
+
     def _install_signal_handlers(self, progress: Progress):
-        """First Ctrl-C (or SIGTERM): finish the step, checkpoint, stop. Second: stop now."""
+        """First Ctrl-C (or SIGTERM) this process receives: finish the step, checkpoint, stop.
+        Its second: stop now. A stop agreed because another process was signalled does not
+        make this process's own first signal (sent to every worker by torchrun) its second."""
 
         def request_stop(signum, frame):
-            if self._stop_requested:
+            if self._stop_signal:
                 self._abort_requested = True  # a save it lands in must not read as a disk failure
                 raise KeyboardInterrupt
-            self._stop_requested, self._stop_signal = True, int(signum)
-            progress.message("stopping after this step (press Ctrl-C again to abort without saving)")
+            self._stop_signal = int(signum)
+            # A console without a reader (its launcher killed) must not end the step half-way:
+            # the stop saves first, and the closed pipe ends the process at its next line.
+            with contextlib.suppress(BrokenPipeError):
+                progress.message("stopping after this step (press Ctrl-C again to abort without saving)")
 
         previous = {}
         for sig in (signal.SIGINT, signal.SIGTERM):
