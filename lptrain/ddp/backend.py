@@ -11,14 +11,15 @@ over the same processes (gloo for CPU tensors, NCCL for CUDA ones; ``dist.new_gr
 every rank opens it at the same call) and builds lptrain's ``DistributedCommunicator`` on
 it: allreduce, broadcast and reduce (sum or average) run the algorithm's schedule over the
 inner group's point-to-point messages, with its timeouts, named errors and desync check.
-Every other operation (all_gather, barrier, send, recv, scatter, all_to_all, reductions
-other than sum and average ...) goes to the inner group unchanged.
+Every other operation (all_gather and its coalesced form, barrier and gloo's monitored
+barrier, send, recv, scatter, all_to_all, reductions other than sum and average, sparse
+allreduce ...) goes to the inner group unchanged.
 
 All of a process's operations go through one thread in the order the program issued them
 (``OrderedWorker``), so DDP's bucket reductions overlap backward and the ranks still issue
 the inner group's messages in the same order. Refused plainly, before anything is sent:
-several tensors in one call (the old one-process-many-GPUs API), sparse tensors,
-``PREMUL_SUM``, and dtypes the schedules cannot sum.
+several tensors in one call (the old one-process-many-GPUs API), sparse tensors in a
+broadcast or reduce, ``PREMUL_SUM``, and dtypes the schedules cannot sum.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class LPProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         how = self._how(op, "all_reduce")
-        if how is None:
+        if how is None or any(t.is_sparse for t in tensors):  # gloo sums sparse tensors itself
             return self._pass("allreduce", tensors, opts)
         tensor = self._one(tensors, "all_reduce")
         return self._scheduled("allreduce", tensor, lambda comm: comm.allreduce(tensor, op=how))
@@ -166,6 +167,26 @@ class LPProcessGroup(dist.ProcessGroup):
     # -- the operations passed through (the names PyTorch's C++ side calls) ------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None):
         return self._pass("allgather", output_tensors, input_tensors, opts)
+
+    # torch.distributed calls these by their Python names on the group object, and PyTorch's
+    # C++ side has no Python override for them: without a method here the call reaches C++
+    # ProcessGroup, which has no backend of its own on a Python group ("No backend type
+    # associated with device type cpu")
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        return self._pass("allgather_coalesced", output_lists, input_tensors, opts)
+
+    def gather_single(self, output, input, opts=None):
+        return self._pass("gather_single", output, input, opts)
+
+    def recv_anysource(self, tensors, tag: int):
+        return self._pass("recv_anysource", tensors, tag)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
+        """gloo's barrier that names the ranks that did not arrive: blocking, as gloo's is, and
+        after everything asked for before it."""
+        inner = self.inner(torch.device("cpu"))
+        args = () if timeout is None else (timeout,)
+        self._worker.submit(lambda: inner.monitored_barrier(*args, wait_all_ranks=wait_all_ranks)).result()
 
     def all_gather_single(self, output, input, opts=None):
         return self._pass("all_gather_single", output, input, opts)
@@ -205,9 +226,6 @@ class LPProcessGroup(dist.ProcessGroup):
 
     def recv(self, tensors, src: int, tag: int):
         return self._pass("recv", tensors, src, tag)
-
-    def recvAnysource(self, tensors, tag: int):  # noqa: N802 - the C++ name PyTorch calls
-        return self._pass("recv_anysource", tensors, tag)
 
     # -- machinery ------------------------------------------------------------------------------------------
     @staticmethod
@@ -264,6 +282,8 @@ class LPProcessGroup(dist.ProcessGroup):
         without waiting for it there: a receive may need the peer's next operation."""
         device = device or _device_of(args)
         inner = self.inner(device)  # opened in the caller's order
+        while args and args[-1] is None:  # options the caller left out: the inner group's defaults
+            args = args[:-1]
         future = self._future_for(device)
         issued: Future = Future()
 
