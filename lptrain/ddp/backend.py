@@ -68,10 +68,44 @@ def register_backends() -> None:
             continue
         algo = None if name == BACKEND else name.removeprefix(f"{BACKEND}_")
 
-        def create(store, rank: int, size: int, timeout: datetime.timedelta, algo=algo) -> LPProcessGroup:
-            return LPProcessGroup(rank, size, algo or algorithm_from_env(), timeout)
+        def create(options, backend_options=None, algo=algo) -> LPProcessGroup:
+            return open_group(options, algo or algorithm_from_env())
 
-        dist.Backend.register_backend(name, create, devices=["cpu", "cuda"])
+        dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def open_group(options: Any, algo: str) -> LPProcessGroup:
+    """A group of the lptrain backend, as ``init_process_group`` or ``new_group`` asks for one
+    (``options``: torch's ``_DistributedBackendOptions``).
+
+    A group made by ``new_group`` opens its inner gloo group at once, inside the same call on
+    every rank: an operation that only some ranks call (a barrier left to time out) then
+    finds it open, as a gloo group's own connections are. The default group cannot (no
+    ``new_group`` before ``init_process_group`` returns) and opens it at its first
+    operation. Refused in one line, where they cannot work: a group of some of the
+    processes (its inner group would need every process to open it, and the others never
+    come: a hang), and any group beside a default group bound to a device
+    (``init_process_group(device_id=...)``: torch then asks the Python group for that
+    device's backend, which it does not have)."""
+    rank, size, timeout = options.group_rank, options.group_size, options.timeout
+    if not dist.is_initialized():
+        return LPProcessGroup(rank, size, algo, timeout)
+    bound = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None)
+    if bound is not None:
+        raise CollectiveInputError(
+            f"new_group(backend='{BACKEND}_{algo}'): the default group is bound to {bound} "
+            "(init_process_group(device_id=...)), which a Python group such as lptrain's cannot join; "
+            "call init_process_group without device_id"
+        )
+    ranks, world = list(options.global_ranks_in_group), dist.get_world_size()
+    if sorted(ranks) != list(range(world)):
+        raise CollectiveInputError(
+            f"new_group(ranks={ranks}, backend='{BACKEND}_{algo}'): the {BACKEND} backend's groups span "
+            f"every process (all {world}); for a group of some of them use backend='gloo' or 'nccl'"
+        )
+    group = LPProcessGroup(rank, size, algo, timeout)
+    group.open_inner(torch.device("cpu"))
+    return group
 
 
 class _Work(dist.Work):
@@ -122,6 +156,10 @@ class LPProcessGroup(dist.ProcessGroup):
         return f"LPProcessGroup({self.algo!r}, rank {self.rank()} of {self.size()})"
 
     # -- the inner group and the communicator on it ----------------------------------------------
+    def open_inner(self, device: torch.device) -> None:
+        """Open the inner group for ``device`` now (every rank of the group at the same call)."""
+        self.inner(device)
+
     def inner(self, device: torch.device) -> dist.ProcessGroup:
         """The gloo (CPU) or NCCL (CUDA) group the bytes travel on, opened at first use."""
         kind = device.type
