@@ -15,13 +15,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def test_all_gather_coalesced_and_sparse_all_reduce_pass_through_to_gloo(tmp_path):
-    backend = "lptrain_lp"  # passed through: the same for every algorithm
+def worker(what: str, backend: str, world: int, tmp_path: Path) -> list[str]:
+    """backend_ops_worker.py's ``what`` at ``world`` processes: its lines (it ends with "ok")."""
     run = subprocess.run(
-        [sys.executable, str(HERE / "backend_ops_worker.py"), backend, "2", str(tmp_path / "store")],
+        [sys.executable, str(HERE / "backend_ops_worker.py"), what, backend, str(world), str(tmp_path / "store")],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=120,  # a hang would take the store's 60 s and more
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip() == "ok"
+    lines = run.stdout.splitlines()
+    assert lines[-1] == "ok", lines
+    return lines[:-1]
+
+
+def test_all_gather_coalesced_and_sparse_all_reduce_pass_through_to_gloo(tmp_path):
+    worker("ops", "lptrain_lp", 2, tmp_path)  # passed through: the same for every algorithm
+
+
+def test_groups_that_cannot_work_are_refused_in_one_line(tmp_path):
+    lines = sorted(worker("refusals", "lptrain_ring", 2, tmp_path))
+    assert len(lines) == 3, lines  # rank 0's subgroup; both ranks' new_group beside a bound default group
+    subgroup = [line for line in lines if "ranks=[0]" in line]
+    assert subgroup == [
+        "rank 0: new_group(ranks=[0], backend='lptrain_ring'): the lptrain backend's groups span every "
+        "process (all 2); for a group of some of them use backend='gloo' or 'nccl'"
+    ]
+    for rank in (0, 1):
+        bound = f"rank {rank}: new_group(backend='lptrain_ring'): the default group is bound to cuda:{rank}"
+        assert [line for line in lines if line.startswith(bound) and "without device_id" in line], lines
