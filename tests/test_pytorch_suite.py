@@ -12,7 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from doctools import torch_suite
+
 HERE = Path(__file__).resolve().parent
+
+# PyTorch's allreduce, broadcast, reduce, barrier, all_gather and communication-hook tests,
+# on the CPU: a pattern on their names (doctools.torch_suite leaves out those naming cuda,
+# gpu or nccl). scripts/torch_suite.py and docs/distributed.md's table use the same.
+SELECTION = r"^test_(all_reduce|sparse_all_reduce|broadcast|reduce|barrier|all_gather)|hook"
 
 
 def worker(what: str, backend: str, world: int, tmp_path: Path) -> list[str]:
@@ -44,3 +53,19 @@ def test_groups_that_cannot_work_are_refused_in_one_line(tmp_path):
     for rank in (0, 1):
         bound = f"rank {rank}: new_group(backend='lptrain_ring'): the default group is bound to cuda:{rank}"
         assert [line for line in lines if line.startswith(bound) and "without device_id" in line], lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_lptrains_backends_pass_every_test_of_pytorchs_suite_that_gloo_passes(tmp_path, world_size):
+    pytest.importorskip("expecttest", reason="PyTorch's test harness needs expecttest (the dev extra)")
+    assert SELECTION == torch_suite.SELECTION  # the document's table is this selection's
+    gloo = torch_suite.run("gloo", world_size, SELECTION, log=tmp_path / "gloo.log")
+    assert torch_suite.counts(gloo)["pass"] >= 40, (
+        torch_suite.counts(gloo),
+        (tmp_path / "gloo.log").read_text()[-3000:],
+    )
+    for backend in ("lptrain_lp", "lptrain_ring"):
+        found = torch_suite.run(backend, world_size, SELECTION, log=tmp_path / f"{backend}.log")
+        assert set(found) == set(gloo), backend  # the same tests, chosen as for gloo
+        assert not torch_suite.missing(found, gloo), (backend, torch_suite.missing(found, gloo))

@@ -25,7 +25,7 @@ from datetime import timedelta
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import lptrain.ddp  # noqa: F401 - registers the lptrain backends
+import lptrain.ddp  # registers the lptrain backends
 
 TARGET = os.environ["LPTRAIN_SUITE_BACKEND"]
 os.environ["BACKEND"] = "gloo"  # the harness's choice of tests and branches: gloo's
@@ -54,6 +54,9 @@ class Case(TestDistBackend, DistributedTest._DistTestBase):
             rank=rank,
             timeout=timedelta(seconds=seconds),
         )
+        joined = dist.distributed_c10d._get_default_group()
+        if isinstance(joined, lptrain.ddp.LPProcessGroup) != TARGET.startswith("lptrain"):
+            sys.exit(f"torch_suite_cases: rank {rank} asked for {TARGET} and joined {joined!r}")
         self._barrier()
         self.run_test(test_name, pipe)
         self._barrier()
