@@ -6,11 +6,13 @@ variable ``LPTRAIN_ALGO``, default lp) and ``lptrain_lp``, ``lptrain_mst``, ``lp
 reach ``LPProcessGroup``, a Python subclass of ``torch.distributed.ProcessGroup`` (the
 extension point PyTorch's own ``PythonProcessGroupExtensionTest`` uses).
 
-It moves no bytes itself. On the first operation on a device type it opens an inner group
-over the same processes (gloo for CPU tensors, NCCL for CUDA ones; ``dist.new_group``, so
-every rank opens it at the same call) and builds lptrain's ``DistributedCommunicator`` on
-it: allreduce, broadcast and reduce (sum or average) run the algorithm's schedule over the
-inner group's point-to-point messages, with its timeouts, named errors and desync check.
+It moves no bytes itself. It opens an inner group over the same processes (gloo for CPU
+tensors, NCCL for CUDA ones; ``dist.new_group``, so every rank opens it at the same call:
+a group made by ``new_group`` its gloo group at once, the default group at its first
+operation on a device type; ``open_group`` says why and what it refuses) and builds
+lptrain's ``DistributedCommunicator`` on it: allreduce, broadcast and reduce (sum or
+average) run the algorithm's schedule over the inner group's point-to-point messages, with
+its timeouts, named errors and desync check.
 Every other operation (all_gather and its coalesced form, barrier and gloo's monitored
 barrier, send, recv, scatter, all_to_all, reductions other than sum and average, sparse
 allreduce ...) goes to the inner group unchanged.
