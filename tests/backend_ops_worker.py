@@ -1,9 +1,10 @@
 """lptrain's torch.distributed backend in processes of their own, for
 tests/test_pytorch_suite.py: ``ops`` runs the operations torch calls by their Python names
-on the group object (``dist.all_gather_coalesced``, sparse ``dist.all_reduce``) and checks
-them against the plain result; ``refusals`` asks for the groups the backend refuses and
-prints each rank's one line. Each rank joins ``init_process_group`` over a file store and
-exits non-zero with the error on the first mismatch."""
+on the group object or its work (``dist.all_gather_coalesced``, sparse ``dist.all_reduce``,
+``dist.recv`` from any rank) and checks them against the plain result; ``refusals`` asks
+for the groups the backend refuses and prints each rank's one line. Each rank joins
+``init_process_group`` over a file store and exits non-zero with the error on the first
+mismatch."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ def ops(rank: int, world: int, backend: str, store: str) -> None:
         sparse = torch.sparse_coo_tensor([[rank]], [1.0 + rank], (world,))
         dist.all_reduce(sparse)
         torch.testing.assert_close(sparse.to_dense(), torch.arange(1.0, world + 1))
+        if rank == 0:  # a receive from any rank: dist.recv asks the work for its sender
+            got = torch.zeros(1)
+            assert dist.recv(got) == world - 1 and got.item() == world - 1, got
+        elif rank == world - 1:
+            dist.send(torch.full((1,), float(rank)), 0)
     finally:
         dist.destroy_process_group()
 

@@ -38,7 +38,7 @@ def worker(what: str, backend: str, world: int, tmp_path: Path) -> list[str]:
     return lines[:-1]
 
 
-def test_all_gather_coalesced_and_sparse_all_reduce_pass_through_to_gloo(tmp_path):
+def test_all_gather_coalesced_sparse_all_reduce_and_recv_from_any_rank_pass_through_to_gloo(tmp_path):
     worker("ops", "lptrain_lp", 2, tmp_path)  # passed through: the same for every algorithm
 
 

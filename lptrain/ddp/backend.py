@@ -13,8 +13,8 @@ operation on a device type; ``open_group`` says why and what it refuses) and bui
 lptrain's ``DistributedCommunicator`` on it: allreduce, broadcast and reduce (sum or
 average) run the algorithm's schedule over the inner group's point-to-point messages, with
 its timeouts, named errors and desync check.
-Every other operation (all_gather and its coalesced form, barrier and gloo's monitored
-barrier, send, recv, scatter, all_to_all, reductions other than sum and average, sparse
+Every other operation (all_gather and its coalesced form, barrier, send, recv and a
+receive from any rank, scatter, all_to_all, reductions other than sum and average, sparse
 allreduce ...) goes to the inner group unchanged.
 
 All of a process's operations go through one thread in the order the program issued them
@@ -221,13 +221,6 @@ class LPProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors, tag: int):
         return self._pass("recv_anysource", tensors, tag)
 
-    def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
-        """gloo's barrier that names the ranks that did not arrive: blocking, as gloo's is, and
-        after everything asked for before it."""
-        inner = self.inner(torch.device("cpu"))
-        args = () if timeout is None else (timeout,)
-        self._worker.submit(lambda: inner.monitored_barrier(*args, wait_all_ranks=wait_all_ranks)).result()
-
     def all_gather_single(self, output, input, opts=None):
         return self._pass("all_gather_single", output, input, opts)
 
@@ -365,6 +358,10 @@ class _PassWork(_Work):
 
     def is_completed(self) -> bool:
         return self._issued.done() and self._issued.result().is_completed()
+
+    def _source_rank(self) -> int:
+        """The sender a receive from any rank got its message from (the inner work knows)."""
+        return self._issued.result()._source_rank()
 
 
 def _value(done: torch.futures.Future) -> Any:
