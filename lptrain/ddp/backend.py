@@ -163,7 +163,8 @@ class LPProcessGroup(dist.ProcessGroup):
         self.inner(device)
 
     def inner(self, device: torch.device) -> dist.ProcessGroup:
-        """The gloo (CPU) or NCCL (CUDA) group the bytes travel on, opened at first use."""
+        """The gloo (CPU) or NCCL (CUDA) group the bytes travel on, opened at first use (or by
+        ``open_inner``)."""
         kind = device.type
         if kind not in INNER:
             raise CollectiveInputError(f"the {BACKEND} backend moves CPU and CUDA tensors, not {kind}")
