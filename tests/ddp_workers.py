@@ -169,7 +169,7 @@ def refusals(group) -> dict[str, str]:
         lambda: model.register_comm_hook(lptrain.ddp.state(algo="lp"), lptrain.ddp.hook)
     )
     sparse = torch.sparse_coo_tensor([[0]], [1.0], (3,))
-    said["sparse_all_reduce"] = one_line_error(lambda: dist.all_reduce(sparse, group=group))
+    said["sparse_broadcast"] = one_line_error(lambda: dist.broadcast(sparse, src=0, group=group))  # all_reduce: gloo's
     said["premul_sum"] = one_line_error(
         lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0), group=group)
     )

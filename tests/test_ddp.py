@@ -104,7 +104,7 @@ def test_bad_input_gets_one_line_naming_the_cause(found):
     assert said["unknown_algorithm"].startswith("CollectiveInputError") and "'lq'" in said["unknown_algorithm"]
     assert "grad_dtype 'fp8'" in said["unknown_grad_dtype"]
     assert "can only be called once" in said["hook_twice"]  # DDP's own refusal of a second hook
-    assert "does not implement all_reduce of sparse tensors" in said["sparse_all_reduce"]
+    assert "does not implement broadcast of sparse tensors" in said["sparse_broadcast"]
     assert "does not implement all_reduce with PREMUL_SUM" in said["premul_sum"]
     shared = found["shared_state"]
     assert shared.startswith("CollectiveInputError") and "registered on a second DDP model" in shared, shared

@@ -6,19 +6,22 @@ variable ``LPTRAIN_ALGO``, default lp) and ``lptrain_lp``, ``lptrain_mst``, ``lp
 reach ``LPProcessGroup``, a Python subclass of ``torch.distributed.ProcessGroup`` (the
 extension point PyTorch's own ``PythonProcessGroupExtensionTest`` uses).
 
-It moves no bytes itself. On the first operation on a device type it opens an inner group
-over the same processes (gloo for CPU tensors, NCCL for CUDA ones; ``dist.new_group``, so
-every rank opens it at the same call) and builds lptrain's ``DistributedCommunicator`` on
-it: allreduce, broadcast and reduce (sum or average) run the algorithm's schedule over the
-inner group's point-to-point messages, with its timeouts, named errors and desync check.
-Every other operation (all_gather, barrier, send, recv, scatter, all_to_all, reductions
-other than sum and average ...) goes to the inner group unchanged.
+It moves no bytes itself. It opens an inner group over the same processes (gloo for CPU
+tensors, NCCL for CUDA ones; ``dist.new_group``, so every rank opens it at the same call:
+a group made by ``new_group`` its gloo group at once, the default group at its first
+operation on a device type; ``open_group`` says why and what it refuses) and builds
+lptrain's ``DistributedCommunicator`` on it: allreduce, broadcast and reduce (sum or
+average) run the algorithm's schedule over the inner group's point-to-point messages, with
+its timeouts, named errors and desync check.
+Every other operation (all_gather and its coalesced form, barrier, send, recv and a
+receive from any rank, scatter, all_to_all, reductions other than sum and average, sparse
+allreduce ...) goes to the inner group unchanged.
 
 All of a process's operations go through one thread in the order the program issued them
 (``OrderedWorker``), so DDP's bucket reductions overlap backward and the ranks still issue
 the inner group's messages in the same order. Refused plainly, before anything is sent:
-several tensors in one call (the old one-process-many-GPUs API), sparse tensors,
-``PREMUL_SUM``, and dtypes the schedules cannot sum.
+several tensors in one call (the old one-process-many-GPUs API), sparse tensors in a
+broadcast or reduce, ``PREMUL_SUM``, and dtypes the schedules cannot sum.
 """
 
 from __future__ import annotations
@@ -67,10 +70,44 @@ def register_backends() -> None:
             continue
         algo = None if name == BACKEND else name.removeprefix(f"{BACKEND}_")
 
-        def create(store, rank: int, size: int, timeout: datetime.timedelta, algo=algo) -> LPProcessGroup:
-            return LPProcessGroup(rank, size, algo or algorithm_from_env(), timeout)
+        def create(options, backend_options=None, algo=algo) -> LPProcessGroup:
+            return open_group(options, algo or algorithm_from_env())
 
-        dist.Backend.register_backend(name, create, devices=["cpu", "cuda"])
+        dist.Backend.register_backend(name, create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def open_group(options: Any, algo: str) -> LPProcessGroup:
+    """A group of the lptrain backend, as ``init_process_group`` or ``new_group`` asks for one
+    (``options``: torch's ``_DistributedBackendOptions``).
+
+    A group made by ``new_group`` opens its inner gloo group at once, inside the same call on
+    every rank: an operation that only some ranks call (a barrier left to time out) then
+    finds it open, as a gloo group's own connections are. The default group cannot (no
+    ``new_group`` before ``init_process_group`` returns) and opens it at its first
+    operation. Refused in one line, where they cannot work: a group of some of the
+    processes (its inner group would need every process to open it, and the others never
+    come: a hang), and any group beside a default group bound to a device
+    (``init_process_group(device_id=...)``: torch then asks the Python group for that
+    device's backend, which it does not have)."""
+    rank, size, timeout = options.group_rank, options.group_size, options.timeout
+    if not dist.is_initialized():
+        return LPProcessGroup(rank, size, algo, timeout)
+    bound = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None)
+    if bound is not None:
+        raise CollectiveInputError(
+            f"new_group(backend='{BACKEND}_{algo}'): the default group is bound to {bound} "
+            "(init_process_group(device_id=...)), which a Python group such as lptrain's cannot join; "
+            "call init_process_group without device_id"
+        )
+    ranks, world = list(options.global_ranks_in_group), dist.get_world_size()
+    if sorted(ranks) != list(range(world)):
+        raise CollectiveInputError(
+            f"new_group(ranks={ranks}, backend='{BACKEND}_{algo}'): the {BACKEND} backend's groups span "
+            f"every process (all {world}); for a group of some of them use backend='gloo' or 'nccl'"
+        )
+    group = LPProcessGroup(rank, size, algo, timeout)
+    group.open_inner(torch.device("cpu"))
+    return group
 
 
 class _Work(dist.Work):
@@ -121,8 +158,13 @@ class LPProcessGroup(dist.ProcessGroup):
         return f"LPProcessGroup({self.algo!r}, rank {self.rank()} of {self.size()})"
 
     # -- the inner group and the communicator on it ----------------------------------------------
+    def open_inner(self, device: torch.device) -> None:
+        """Open the inner group for ``device`` now (every rank of the group at the same call)."""
+        self.inner(device)
+
     def inner(self, device: torch.device) -> dist.ProcessGroup:
-        """The gloo (CPU) or NCCL (CUDA) group the bytes travel on, opened at first use."""
+        """The gloo (CPU) or NCCL (CUDA) group the bytes travel on, opened at first use (or by
+        ``open_inner``)."""
         kind = device.type
         if kind not in INNER:
             raise CollectiveInputError(f"the {BACKEND} backend moves CPU and CUDA tensors, not {kind}")
@@ -147,7 +189,7 @@ class LPProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         how = self._how(op, "all_reduce")
-        if how is None:
+        if how is None or any(t.is_sparse for t in tensors):  # gloo sums sparse tensors itself
             return self._pass("allreduce", tensors, opts)
         tensor = self._one(tensors, "all_reduce")
         return self._scheduled("allreduce", tensor, lambda comm: comm.allreduce(tensor, op=how))
@@ -166,6 +208,19 @@ class LPProcessGroup(dist.ProcessGroup):
     # -- the operations passed through (the names PyTorch's C++ side calls) ------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None):
         return self._pass("allgather", output_tensors, input_tensors, opts)
+
+    # torch.distributed calls these by their Python names on the group object, and PyTorch's
+    # C++ side has no Python override for them: without a method here the call reaches C++
+    # ProcessGroup, which has no backend of its own on a Python group ("No backend type
+    # associated with device type cpu")
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        return self._pass("allgather_coalesced", output_lists, input_tensors, opts)
+
+    def gather_single(self, output, input, opts=None):
+        return self._pass("gather_single", output, input, opts)
+
+    def recv_anysource(self, tensors, tag: int):
+        return self._pass("recv_anysource", tensors, tag)
 
     def all_gather_single(self, output, input, opts=None):
         return self._pass("all_gather_single", output, input, opts)
@@ -205,9 +260,6 @@ class LPProcessGroup(dist.ProcessGroup):
 
     def recv(self, tensors, src: int, tag: int):
         return self._pass("recv", tensors, src, tag)
-
-    def recvAnysource(self, tensors, tag: int):  # noqa: N802 - the C++ name PyTorch calls
-        return self._pass("recv_anysource", tensors, tag)
 
     # -- machinery ------------------------------------------------------------------------------------------
     @staticmethod
@@ -264,6 +316,8 @@ class LPProcessGroup(dist.ProcessGroup):
         without waiting for it there: a receive may need the peer's next operation."""
         device = device or _device_of(args)
         inner = self.inner(device)  # opened in the caller's order
+        while args and args[-1] is None:  # options the caller left out: the inner group's defaults
+            args = args[:-1]
         future = self._future_for(device)
         issued: Future = Future()
 
@@ -305,6 +359,10 @@ class _PassWork(_Work):
 
     def is_completed(self) -> bool:
         return self._issued.done() and self._issued.result().is_completed()
+
+    def _source_rank(self) -> int:
+        """The sender a receive from any rank got its message from (the inner work knows)."""
+        return self._issued.result()._source_rank()
 
 
 def _value(done: torch.futures.Future) -> Any:
