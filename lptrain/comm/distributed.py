@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lptrain.comm import liveness
+from lptrain.comm import bounded, liveness
 from lptrain.comm.checks import HALF_DTYPES, SUPPORTED_DTYPES, backend_dtypes, check_arguments, check_dtype
 from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_batched_steps, run_program
 from lptrain.comm.errors import CollectiveInputError
@@ -260,7 +260,7 @@ class DistributedCommunicator:
 
     def _agree(self, mine: dict[str, Any]) -> None:
         self.desync_checks += 1
-        check_agreement(self.group, mine, self.rank, self.world_size, self.name)
+        check_agreement(self.group, mine, self.rank, self.world_size, self.name, self.timeout)
 
     def _collective(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
         self._check(op, tensor, root, how)
@@ -361,24 +361,34 @@ class DistributedCommunicator:
         self._wait(w, f"the backend's {op}", fingerprint)
 
 
-def check_agreement(group: dist.ProcessGroup, mine: dict[str, Any], rank: int, world_size: int, name: str) -> None:
+def check_agreement(
+    group: dist.ProcessGroup,
+    mine: dict[str, Any],
+    rank: int,
+    world_size: int,
+    name: str,
+    timeout: datetime.timedelta,
+) -> None:
     """The desync check: one small allreduce of the largest and the smallest hash of every
     rank's ``fingerprint`` (with ``op`` and ``seq`` keys, for the error). They differ only when
     the fingerprints do; then every rank gathers all of them to say how (``DesyncError``). For
     the communicators' own check per collective, and for a caller that checks once per unit
-    of its own (the DDP hook: once per training step, whatever algorithm it runs)."""
+    of its own (the DDP hook: once per training step, whatever algorithm it runs). Each wait
+    ends at ``timeout``, the caller's own, not the group's (``lptrain.comm.bounded``)."""
     digest = int.from_bytes(hashlib.blake2b(repr(sorted(mine.items())).encode(), digest_size=7).digest(), "big")
     nccl = dist.get_backend(group) == "nccl"  # NCCL reduces only tensors on the current GPU
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
     probe = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
+    what = f"rank {rank}: the desync check before {mine['op']} #{mine['seq']} ({name}) failed"
     try:
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-    except Exception as err:  # a dead peer shows up here first
-        what = f"rank {rank}: the desync check before {mine['op']} #{mine['seq']} ({name}) failed"
+        bounded.all_reduce(probe, group, timeout, op=dist.ReduceOp.MAX)
+    except Exception as err:  # a dead or stalled peer shows up here first
         raise peer_failure(what, err) from err
     if probe.tolist() == [digest, -digest]:
         return
-    everyone: list = [None] * world_size
-    dist.all_gather_object(everyone, mine, group=group)
+    try:
+        everyone = bounded.all_gather_text(repr(mine), group, timeout, device)
+    except Exception as err:
+        raise peer_failure(f"{what}: the ranks disagree, and gathering their sides", err) from err
     sides = "\n".join(f"  rank {r}: {f}" for r, f in enumerate(everyone))
     raise DesyncError(f"rank {rank}: the ranks called different collectives (#{mine['seq']}):\n{sides}")

@@ -1,0 +1,89 @@
+"""Every wait across processes is bounded by the user's setting: a stalled or dead peer ends
+the others with one line naming it and the operation, not a hang at the process group's own
+(much longer) timeout. Ranks are started by hand from the environment, as a user's launcher
+would (tests/timeout_workers.py); each stopped rank is resumed and killed by its pid."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+HANG_BOUND_S = 60  # far past every timeout here: a process still waiting then is a hang
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(world: int, command: list[str], cwd: Path) -> list[subprocess.Popen]:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    return [
+        subprocess.Popen(
+            command, cwd=cwd, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for r in range(world)
+    ]
+
+
+def end(procs: list[subprocess.Popen]) -> list[str]:
+    """Resume and kill whatever still runs, by pid; every rank's stderr."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+                os.kill(proc.pid, signal.SIGKILL)
+    return [proc.communicate()[1] for proc in procs]
+
+
+def wait_until(done, bound_s: float, what: str) -> None:
+    deadline = time.monotonic() + bound_s
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow  # three processes start and one waits out the hook's timeout: some 20 s here
+def test_the_ddp_hook_ends_on_a_stalled_peer_at_its_timeout_naming_it_and_the_desync_check(tmp_path):
+    """Point 2 of the fault pass: three ranks with ``lptrain.ddp.state(algo="lp", timeout_s=5)``
+    and a group whose own timeout is 600 s; rank 1 stops itself before a step, so ranks 0 and 2
+    wait in that step's desync check. They must end at the hook's timeout (not the group's),
+    each with one line naming rank 1 and the check."""
+    procs = start_ranks(3, [sys.executable, str(HERE / "timeout_workers.py"), "hook", str(tmp_path)], tmp_path)
+    still, took = [0, 2], None
+    try:
+        wait_until(lambda: stopped(procs[1].pid) or procs[1].poll() is not None, 120, "rank 1 never stopped itself")
+        assert procs[1].poll() is None, procs[1].communicate()
+        began = time.monotonic()
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: procs[0].poll() is not None and procs[2].poll() is not None, HANG_BOUND_S, "")
+        took = time.monotonic() - began
+        still = [r for r in (0, 2) if procs[r].poll() is None]
+    finally:
+        said = end(procs)
+    assert not still, f"ranks {still} were still waiting {HANG_BOUND_S} s after rank 1 stopped (a hang)"
+    print(f"ranks 0 and 2 ended {took:.1f} s after rank 1 stopped (timeout_s=5)")
+    for r in (0, 2):
+        lines = [line for line in said[r].splitlines() if line.strip()]
+        print(f"rank {r}: {lines}")
+        assert procs[r].returncode == 3 and len(lines) == 1, (procs[r].returncode, said[r][-3000:])
+        line = lines[0]
+        assert f"CollectiveError: rank {r}: the desync check before the allreduces of DDP step" in line, line
+        assert "rank 1 stopped answering" in line, line
