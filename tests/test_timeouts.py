@@ -87,3 +87,44 @@ def test_the_ddp_hook_ends_on_a_stalled_peer_at_its_timeout_naming_it_and_the_de
         line = lines[0]
         assert f"CollectiveError: rank {r}: the desync check before the allreduces of DDP step" in line, line
         assert "rank 1 stopped answering" in line, line
+
+
+QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.eval_every=0", "trainer.checkpoint_every=0"]
+
+
+@pytest.mark.slow  # three trainers start by hand: some 30 s on the 2-core machine
+def test_the_store_hosts_death_is_one_line_naming_rank_0_with_no_cpp_stack(tmp_path):
+    """Point 8 of the fault pass: ranks started by hand from the environment (no torchrun), so
+    rank 0's process hosts the group's store; rank 0 is killed mid-training. Each survivor must
+    end with exit code 3 and one line on stderr naming rank 0 as the store's host and the
+    operation, with none of the C++ stack PyTorch's store client writes when its host is gone."""
+    command = [sys.executable, "-m", "lptrain", "trainer.devices=cpu*1", "trainer.batch_per_device=8",
+               "trainer.steps=100000", "trainer.log_every=1", "trainer.comm_timeout_s=20", *QUIET]  # fmt: skip
+    runs = [tmp_path / f"run{r}" for r in range(3)]
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE="3")
+    procs = [
+        subprocess.Popen([*command, f"hydra.run.dir={runs[r]}"], cwd=tmp_path, env=dict(env, RANK=str(r)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(3)
+    ]  # fmt: skip
+    still, took = [1, 2], None
+    try:
+        steps = runs[0] / "steps.jsonl"
+        wait_until(lambda: steps.exists() and len(steps.read_text().splitlines()) >= 3, 240, "no steps logged")
+        os.kill(procs[0].pid, signal.SIGKILL)
+        began = time.monotonic()
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: procs[1].poll() is not None and procs[2].poll() is not None, HANG_BOUND_S, "")
+        took = time.monotonic() - began
+        still = [r for r in (1, 2) if procs[r].poll() is None]
+    finally:
+        said = end(procs)
+    assert not still, f"ranks {still} were still running {HANG_BOUND_S} s after rank 0 was killed"
+    print(f"ranks 1 and 2 ended {took:.1f} s after rank 0 was killed")
+    for r in (1, 2):
+        lines = [line for line in said[r].splitlines() if line.strip()]
+        print(f"rank {r}: {lines}")
+        assert procs[r].returncode == 3, (procs[r].returncode, said[r][-3000:])
+        assert len(lines) == 1, said[r][-3000:]
+        assert lines[0].startswith(f"lptrain: error: rank {r}: "), lines[0]
+        assert "rank 0 (the store's host) stopped answering" in lines[0], lines[0]

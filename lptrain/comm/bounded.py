@@ -33,31 +33,37 @@ def _group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
 
 
 def all_reduce(
-    tensor: torch.Tensor, group: dist.ProcessGroup | None, timeout: Timeout, op: dist.ReduceOp = dist.ReduceOp.SUM
+    tensor: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    timeout: Timeout | None,
+    op: dist.ReduceOp = dist.ReduceOp.SUM,
 ) -> None:
-    """``dist.all_reduce(tensor, op, group)`` that waits at most ``timeout``."""
+    """``dist.all_reduce(tensor, op, group)`` that waits at most ``timeout`` (None: the group's own)."""
     opts = AllreduceOptions()
     opts.reduceOp = op
-    opts.timeout = timeout
+    if timeout is not None:
+        opts.timeout = timeout
     _group(group).allreduce([tensor], opts).wait()
 
 
-def barrier(group: dist.ProcessGroup | None, timeout: Timeout) -> None:
-    """``dist.barrier(group)`` that waits at most ``timeout``."""
+def barrier(group: dist.ProcessGroup | None, timeout: Timeout | None) -> None:
+    """``dist.barrier(group)`` that waits at most ``timeout`` (None: the group's own)."""
     dist.barrier(group=_group(group), timeout=timeout)
 
 
-def wait(work: dist.Work, group: dist.ProcessGroup | None, timeout: Timeout) -> None:
+def wait(work: dist.Work, group: dist.ProcessGroup | None, timeout: Timeout | None) -> None:
     """Wait for a point-to-point ``work`` on ``group`` at most ``timeout``. On NCCL a wait with a
     timeout polls from the host (``lptrain.comm.distributed.wait_timeout``): there the group's
     own timeout bounds it."""
-    if dist.get_backend(_group(group)) == "nccl":
+    if timeout is None or dist.get_backend(_group(group)) == "nccl":
         work.wait()
     else:
         work.wait(timeout)
 
 
-def all_gather_text(text: str, group: dist.ProcessGroup | None, timeout: Timeout, device: torch.device) -> list[str]:
+def all_gather_text(
+    text: str, group: dist.ProcessGroup | None, timeout: Timeout | None, device: torch.device
+) -> list[str]:
     """Every rank's ``text``, in rank order, each gather waiting at most ``timeout``: what
     ``dist.all_gather_object`` does for a string, with a bound and no unpickling of a peer's bytes."""
     pg = _group(group)
@@ -73,7 +79,8 @@ def all_gather_text(text: str, group: dist.ProcessGroup | None, timeout: Timeout
     return [bytes(p[: int(s.item())].tolist()).decode(errors="replace") for p, s in zip(parts, sizes)]
 
 
-def _all_gather(pg: dist.ProcessGroup, out: list[torch.Tensor], tensor: torch.Tensor, timeout: Timeout) -> None:
+def _all_gather(pg: dist.ProcessGroup, out: list[torch.Tensor], tensor: torch.Tensor, timeout: Timeout | None) -> None:
     opts = AllgatherOptions()
-    opts.timeout = timeout
+    if timeout is not None:
+        opts.timeout = timeout
     pg.allgather([out], [tensor], opts).wait()

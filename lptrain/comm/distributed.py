@@ -25,11 +25,12 @@ friends): gloo's or NCCL's native algorithm, the baseline the schedules are held
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import re
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -48,6 +49,7 @@ from lptrain.comm.transport import LinkCost
 
 DEFAULT_SEGMENT = "auto"  # lptrain.comm.program.auto_segment_bytes: the rule and its reasons
 DEFAULT_WINDOW = 16  # receives posted ahead
+DEFAULT_TIMEOUT_S = 300.0  # seconds a peer may be silent before it is an error
 
 
 def link_rate(link: LinkCost | None) -> float | None:
@@ -95,6 +97,25 @@ def peer_failure(what: str, err: BaseException) -> CollectiveError:
     return CollectiveError(f"{what}: {cause}")
 
 
+def checked_timeout(timeout_s: float) -> datetime.timedelta:
+    """``timeout_s`` as the bound of every wait, refused unless positive."""
+    if not timeout_s > 0:
+        raise CollectiveInputError(f"timeout_s must be positive, got {timeout_s}")
+    return datetime.timedelta(seconds=timeout_s)
+
+
+@contextlib.contextmanager
+def named_peer_failure(what: str) -> Iterator[None]:
+    """Inside, a backend's error (a peer died or stalled during ``what``, "rank 0: measuring
+    ..."), becomes the ``CollectiveError`` that names the peer; bad input passes unchanged."""
+    try:
+        yield
+    except (CollectiveInputError, CollectiveError):
+        raise
+    except Exception as err:
+        raise peer_failure(what, err) from err
+
+
 class DesyncError(CollectiveError):
     """The ranks did not all call the same collective on the same kind of tensor."""
 
@@ -126,7 +147,7 @@ class DistributedCommunicator:
         builders: dict[str, Callable[[int, int, int | None, int], Schedule]] | None,
         *,
         accumulate_fp32: bool = True,
-        timeout_s: float = 300.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         check_desync: bool = True,
         segment_size: int | str = DEFAULT_SEGMENT,
         window: int = DEFAULT_WINDOW,
@@ -139,8 +160,7 @@ class DistributedCommunicator:
                 "torch.distributed is not initialised: call torch.distributed.init_process_group() first "
                 "(torchrun sets up the environment for it)"
             )
-        if timeout_s <= 0:
-            raise CollectiveInputError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout = checked_timeout(timeout_s)
         self.segment_bytes = parse_segment_size(segment_size)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise CollectiveInputError(f"window must be a positive number of receives, got {window!r}")
@@ -156,7 +176,6 @@ class DistributedCommunicator:
         self.world_size = dist.get_world_size(group)
         self.backend = dist.get_backend(group)
         self.accumulate_fp32, self.check_desync = bool(accumulate_fp32), bool(check_desync)
-        self.timeout = datetime.timedelta(seconds=timeout_s)
         self._builders = builders  # None: the backend's own collectives
         self._schedules: dict[tuple, Schedule] = {}
         self._programs: dict[tuple, tuple[Action, ...]] = {}
