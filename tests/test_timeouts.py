@@ -128,3 +128,62 @@ def test_the_store_hosts_death_is_one_line_naming_rank_0_with_no_cpp_stack(tmp_p
         assert len(lines) == 1, said[r][-3000:]
         assert lines[0].startswith(f"lptrain: error: rank {r}: "), lines[0]
         assert "rank 0 (the store's host) stopped answering" in lines[0], lines[0]
+
+
+@pytest.mark.slow  # two processes start, and three operations each wait out 3 s and the heartbeats: some 30 s
+def test_the_trainers_own_collectives_end_at_its_timeout_not_the_groups(tmp_path):
+    """The stop agreement, the end-of-run comparison of the replicas and the barrier before
+    leaving, on a group whose own timeout is 600 s with the trainer's bound at 3 s, and the
+    other rank stopped: each ends with the error naming rank 1 and the operation, well before
+    the group's timeout."""
+    procs = start_ranks(2, [sys.executable, str(HERE / "timeout_workers.py"), "helpers", str(tmp_path)], tmp_path)
+    try:
+        wait_until(lambda: stopped(procs[1].pid) or procs[1].poll() is not None, 120, "rank 1 never stopped itself")
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: procs[0].poll() is not None, 2 * HANG_BOUND_S, "")
+        ended = procs[0].poll() is not None
+        out = procs[0].communicate(timeout=5)[0] if ended else ""
+    finally:
+        end(procs)
+    assert ended, f"rank 0 was still waiting {2 * HANG_BOUND_S} s after rank 1 stopped (a hang)"
+    print(out)
+    said = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    for name, what in (("stop", "the stop check of step 2"), ("end", "the comparison of the replicas' weights"),
+                       ("leave", "the barrier before leaving the process group")):  # fmt: skip
+        line = said.get(name, "")
+        assert f"rank 0: {what} failed: rank 1 stopped answering" in line, out
+        assert float(line.split(" s: ", 1)[0]) < 30, line  # against the group's 600 s, not a timing
+
+
+def test_the_store_clients_cpp_warnings_are_silenced_inside_the_quiet_block_only(capfd):
+    """A store call that times out writes PyTorch's C++ warning lines to stderr; inside
+    ``quiet_cpp_warnings`` the same call writes none, and still raises."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from lptrain.comm.cpp_log import quiet_cpp_warnings
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", server.port, is_master=False, timeout=datetime.timedelta(seconds=0.2))
+    said = {}
+    for quiet in (False, True):
+        capfd.readouterr()
+        with pytest.raises(dist.DistStoreError), quiet_cpp_warnings() if quiet else contextlib.nullcontext():
+            client.get("never-set")
+        said[quiet] = capfd.readouterr().err
+    assert "[W" in said[False], said  # the control: the client's warning is there
+    assert "[W" not in said[True], said
+
+
+def test_the_stores_host_is_rank_0_for_a_tcp_store_and_none_for_a_file_store_or_under_torchrun(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    from lptrain.comm.liveness import store_host
+
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert store_host(dist.PrefixStore("default_pg", server)) == 0
+    assert store_host(dist.FileStore(str(tmp_path / "store"), 1)) is None
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")  # torchrun's agent hosts it
+    assert store_host(dist.PrefixStore("default_pg", server)) is None

@@ -8,6 +8,11 @@
 Each rank writes its pid to DIR/pid<rank>; a survivor prints the error its backward raised as
 a user's script would (its type and first line) and exits 3 by a normal exit, so that a
 thread left waiting would keep the process alive and show as a hang.
+
+``helpers``: two ranks on a group whose own timeout is 600 s, the trainer's helpers bounded
+at 3 s (``bound_collectives``, as ``trainer.comm_timeout_s`` does); rank 1 stops itself, and
+rank 0 runs the stop agreement, the end-of-run comparison of the replicas and the barrier
+before leaving, printing for each the seconds it took and its error.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import faulthandler
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -25,8 +31,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import lptrain.ddp
+from lptrain.comm import liveness
+from lptrain.comm.distributed import CollectiveError
+from lptrain.train.launch import any_across, bound_collectives, finish, same_everywhere
 
 HOOK_TIMEOUT_S = 5
+HELPERS_TIMEOUT_S = 3
 STOP_AT = 3
 
 
@@ -49,10 +59,34 @@ def hook(out: Path) -> None:
         sys.exit(3)
 
 
+def helpers(out: Path) -> None:
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    bound_collectives(datetime.timedelta(seconds=HELPERS_TIMEOUT_S))
+    rank = dist.get_rank()
+    (out / f"pid{rank}").write_text(str(os.getpid()))
+    liveness.start()  # as the trainer's communicator does
+    any_across(False, torch.device("cpu"), "the stop check of step 1")  # both ranks are in
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    cpu = torch.device("cpu")
+    for name, call in (
+        ("stop", lambda: any_across(False, cpu, "the stop check of step 2")),
+        ("end", lambda: same_everywhere(torch.ones(3))),
+        ("leave", finish),
+    ):
+        began = time.monotonic()
+        try:
+            call()
+            print(f"{name}: no error", flush=True)
+        except CollectiveError as err:
+            print(f"{name}: {time.monotonic() - began:.1f} s: {err}", flush=True)
+    os._exit(0)  # the group is broken: nothing to leave cleanly
+
+
 def main() -> None:
     faulthandler.dump_traceback_later(150, exit=True)  # a hang past the test's own bound ends with the stacks
     mode, out = sys.argv[1], Path(sys.argv[2])
-    {"hook": hook}[mode](out)
+    {"hook": hook, "helpers": helpers}[mode](out)
 
 
 if __name__ == "__main__":

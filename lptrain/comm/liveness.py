@@ -28,17 +28,15 @@ during them (``quiet_cpp_warnings``): the failure is reported once, in the calle
 from __future__ import annotations
 
 import atexit
-import contextlib
-import ctypes
 import datetime
 import os
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
+
+from lptrain.comm.cpp_log import quiet_cpp_warnings
 
 HEARTBEAT_S = 1.0  # one store write a second per process
 STALE_S = 4.0  # a heartbeat unchanged this long (four beats missed) is a rank that stopped
@@ -59,47 +57,6 @@ class Silent:
         if self.age_s is None:
             return f"{who} stopped answering (no heartbeat seen)"
         return f"{who} stopped answering (last heartbeat {self.age_s:.0f} s ago)"
-
-
-_level_lock = threading.Lock()
-_quiet_depth = 0
-_saved_level = 0
-
-
-def _c10_log_level() -> ctypes.c_int | None:
-    """c10's minimum level of a C++ log line (``FLAGS_caffe2_log_level``: 0 info, 1 warning,
-    2 error), read at every line; None where the library does not export it."""
-    try:
-        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
-        return ctypes.c_int.in_dll(lib, "FLAGS_caffe2_log_level")
-    except (OSError, ValueError):
-        return None
-
-
-_LEVEL = _c10_log_level()
-
-
-@contextlib.contextmanager
-def quiet_cpp_warnings() -> Iterator[None]:
-    """C++ warnings off while inside (errors still shown): PyTorch's store client writes one,
-    with the C++ stack of its exception, for every call that finds the store's host gone,
-    although the same error reaches the caller, which reports it in one line."""
-    global _quiet_depth, _saved_level
-    if _LEVEL is None:
-        yield
-        return
-    with _level_lock:
-        if _quiet_depth == 0:
-            _saved_level = _LEVEL.value
-            _LEVEL.value = max(_saved_level, 2)
-        _quiet_depth += 1
-    try:
-        yield
-    finally:
-        with _level_lock:
-            _quiet_depth -= 1
-            if _quiet_depth == 0:
-                _LEVEL.value = _saved_level
 
 
 def _underlying(store):
