@@ -21,7 +21,7 @@ import datetime
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions
+from torch._C._distributed_c10d import AllgatherOptions, AllreduceOptions, BroadcastOptions, ReduceOptions
 
 Timeout = datetime.timedelta
 
@@ -39,11 +39,47 @@ def all_reduce(
     op: dist.ReduceOp = dist.ReduceOp.SUM,
 ) -> None:
     """``dist.all_reduce(tensor, op, group)`` that waits at most ``timeout`` (None: the group's own)."""
+    issue_all_reduce(tensor, group, timeout, op).wait()
+
+
+def issue_all_reduce(
+    tensor: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    timeout: Timeout | None,
+    op: dist.ReduceOp = dist.ReduceOp.SUM,
+) -> dist.Work:
+    """``all_reduce`` started, its work to wait for: the operation itself gives up at ``timeout``."""
     opts = AllreduceOptions()
     opts.reduceOp = op
+    return _group(group).allreduce([tensor], _bounded(opts, timeout))
+
+
+def issue_reduce(
+    tensor: torch.Tensor,
+    root: int,
+    group: dist.ProcessGroup | None,
+    timeout: Timeout | None,
+    op: dist.ReduceOp = dist.ReduceOp.SUM,
+) -> dist.Work:
+    """``dist.reduce`` to ``root`` (its rank in ``group``) started, bounded as ``issue_all_reduce``."""
+    opts = ReduceOptions()
+    opts.reduceOp, opts.rootRank, opts.rootTensor = op, root, 0
+    return _group(group).reduce([tensor], _bounded(opts, timeout))
+
+
+def issue_broadcast(
+    tensor: torch.Tensor, root: int, group: dist.ProcessGroup | None, timeout: Timeout | None
+) -> dist.Work:
+    """``dist.broadcast`` from ``root`` (its rank in ``group``) started, bounded as ``issue_all_reduce``."""
+    opts = BroadcastOptions()
+    opts.rootRank, opts.rootTensor = root, 0
+    return _group(group).broadcast([tensor], _bounded(opts, timeout))
+
+
+def _bounded(opts, timeout: Timeout | None):
     if timeout is not None:
         opts.timeout = timeout
-    _group(group).allreduce([tensor], opts).wait()
+    return opts
 
 
 def barrier(group: dist.ProcessGroup | None, timeout: Timeout | None) -> None:
@@ -80,7 +116,4 @@ def all_gather_text(
 
 
 def _all_gather(pg: dist.ProcessGroup, out: list[torch.Tensor], tensor: torch.Tensor, timeout: Timeout | None) -> None:
-    opts = AllgatherOptions()
-    if timeout is not None:
-        opts.timeout = timeout
-    pg.allgather([out], [tensor], opts).wait()
+    pg.allgather([out], [tensor], _bounded(AllgatherOptions(), timeout)).wait()

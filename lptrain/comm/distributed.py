@@ -306,9 +306,6 @@ class DistributedCommunicator:
                 if work is not flat:
                     flat.copy_(work)
 
-    def _peer(self, rank: int) -> int:
-        return self._global_ranks[rank]
-
     def _wait(self, work, what: str, fingerprint: dict[str, Any]) -> None:
         timeout = wait_timeout(self.backend, self.timeout)
         try:
@@ -371,12 +368,13 @@ class DistributedCommunicator:
         )
 
     def _native(self, op: str, work: torch.Tensor, root: int | None, fingerprint: dict[str, Any]) -> None:
+        # the operation itself gives up at the timeout: no gloo thread is left blocked behind a stalled peer
         if op == "allreduce":
-            w = dist.all_reduce(work, group=self.group, async_op=True)
+            w = bounded.issue_all_reduce(work, self.group, self.timeout)
         elif op == "reduce":
-            w = dist.reduce(work, dst=self._peer(root), group=self.group, async_op=True)
+            w = bounded.issue_reduce(work, root, self.group, self.timeout)
         else:
-            w = dist.broadcast(work, src=self._peer(root), group=self.group, async_op=True)
+            w = bounded.issue_broadcast(work, root, self.group, self.timeout)
         self._wait(w, f"the backend's {op}", fingerprint)
 
 
