@@ -131,7 +131,8 @@ def state(algo: str = "lp", **options: Any) -> LPHookState:
     """The state to register with ``hook``: ``algo`` (lp, mst, be, ring; nccl: the backend's
     own allreduce; auto: chosen per bucket size, with ``topology`` a model, declared racks
     such as ``racks:2@1/2`` or ``probe``, as ``comm=auto``), ``process_group`` (default: the
-    default group), ``grad_dtype`` (fp32, bf16, fp16), ``timeout_s``, ``check_desync``, and
+    default group), ``grad_dtype`` (fp32, bf16, fp16), ``timeout_s`` (the most any of its
+    waits lasts, the desync check's included, whatever the group's own timeout), ``check_desync``, and
     the algorithm's own options as in ``build_communicator`` (``block_size``, ``segment_size``,
     ``window`` ...)."""
     return LPHookState(algo, **options)
