@@ -37,6 +37,7 @@ from lptrain.comm.build import (
     refuse_unknown_name,
 )
 from lptrain.comm.devices import parse_devices
+from lptrain.comm.distributed import DEFAULT_TIMEOUT_S
 from lptrain.comm.errors import BackendUnavailableError, CollectiveInputError
 from lptrain.comm.hierarchical import HierarchicalCommunicator
 from lptrain.comm.nccl import nccl_available
@@ -136,7 +137,7 @@ def _across(name: str, group: Any, options: dict[str, Any]) -> Communicator:
     topology = options.get("topology")
     if topology == PROBE:  # every rank builds its communicator together: they measure together
         device = torch.device("cpu") if device_type == "cpu" else torch.device("cuda", torch.cuda.current_device())
-        topology = probed_model(group, device)
+        topology = probed_model(group, device, options.get("timeout_s", DEFAULT_TIMEOUT_S))
     return AutoCommunicator(
         build,
         executor="distributed",

@@ -303,7 +303,7 @@ def link_rules(rank: int, world: int, store: str, out: str) -> None:
     sizes = {"fast": {"ring": 16 << 20, "be": 4 << 20}, "slow": {"ring": 16 << 20, "be": 1 << 18}}
     for speed, rate_of in rates.items():
         for name, count in sizes[speed].items():
-            build.link_of = lambda group, device, rate=rate_of[name]: LinkCost(80e-6, 1 / rate)
+            build.link_of = lambda group, device, timeout=None, rate=rate_of[name]: LinkCost(80e-6, 1 / rate)
             comm = build_communicator(name, process_group=dist.group.WORLD, timeout_s=60, check_desync=False)
             t = torch.full((count,), float(rank + 1))
             comm.allreduce(t)

@@ -52,19 +52,21 @@ def test_a_ctrl_c_during_the_stop_agreement_stops_the_run_at_the_next_step_with_
     assert dist.is_initialized() and trainer.rank == 0
     trainer.nprocs = 2  # the agreement runs as under torchrun (the group of one answers it)
 
-    real_all_reduce = dist.all_reduce
+    from lptrain.comm import bounded
+
+    real_all_reduce = bounded.all_reduce
     landed: list[int] = []
 
-    def all_reduce(tensor, op=dist.ReduceOp.SUM, **keywords):
-        done = real_all_reduce(tensor, op=op, **keywords)
+    def all_reduce(tensor, group, timeout, op=dist.ReduceOp.SUM):
+        done = real_all_reduce(tensor, group, timeout, op=op)
         # The stop check is the trainer's one MAX over the default group; the first one
         # gets the Ctrl-C while it runs (its handler runs as the call returns).
-        if op == dist.ReduceOp.MAX and "group" not in keywords and not landed:
+        if op == dist.ReduceOp.MAX and group is None and not landed:
             landed.append(1)
             signal.raise_signal(signal.SIGINT)
         return done
 
-    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(bounded, "all_reduce", all_reduce)
     summary = trainer.fit()
     assert landed, "the stop check's all_reduce never ran"
     assert summary.interrupted_by == signal.SIGINT, "the Ctrl-C was lost: the run trained to its end"

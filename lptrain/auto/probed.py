@@ -10,7 +10,9 @@ measured machine is priced exactly as a declared one.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
+from lptrain.comm.distributed import DEFAULT_TIMEOUT_S, checked_timeout, named_peer_failure
 from lptrain.comm.topology_probe import Racks, probe_racks
 from lptrain.comm.transport import LinkCost, link_of
 from lptrain.sim.declared import DeclaredRacks
@@ -35,6 +37,10 @@ def racks_model(racks: Racks, link: LinkCost | None = None) -> Topology:
     return model
 
 
-def probed_model(group, device: torch.device) -> Topology:
-    """Every rank together: the probe's racks of ``group`` as the simulator's model."""
-    return racks_model(probe_racks(group, device), link_of(group, device))
+def probed_model(group, device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> Topology:
+    """Every rank together: the probe's racks of ``group`` as the simulator's model. Each wait
+    of the probe ends at ``timeout_s``; a peer that dies or stalls meanwhile is a
+    ``CollectiveError`` naming it."""
+    bound = checked_timeout(timeout_s)
+    with named_peer_failure(f"rank {dist.get_rank(group)}: probing the racks at start failed"):
+        return racks_model(probe_racks(group, device, timeout=bound), link_of(group, device, bound))

@@ -29,7 +29,14 @@ from lptrain.comm.algorithms import WITH_VARIANTS
 from lptrain.comm.measure import OPS, bus_factor, collective_call
 from lptrain.comm.sizes import message_sizes
 from lptrain.communicators import NAMES, Communicator, build_communicator
-from lptrain.train.launch import join_default_group, local_rank
+from lptrain.train.launch import (
+    barrier_across,
+    bound_collectives,
+    join_default_group,
+    local_rank,
+    max_across,
+    sum_across,
+)
 
 SCHEDULES = (*WITH_VARIANTS, "auto")  # what runs as lptrain's schedules across processes
 BACKENDS_OWN = ("native", "gloo", "nccl")  # each names the backend's own collective (one row)
@@ -107,19 +114,15 @@ def _wrong(comm, op: str, count: int, dtype: torch.dtype, root: int, device: tor
             expected += pattern(r, count, dtype, device)
     else:
         expected = original
-    wrong = torch.tensor([float((mine != expected).sum())], device=device)
-    dist.all_reduce(wrong)
-    return int(wrong.item())
+    return int(sum_across([float((mine != expected).sum())], device, f"the check of {op}'s result")[0])
 
 
 def _slowest(seconds: float, device: torch.device) -> float:
-    t = torch.tensor([seconds], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return max_across([seconds], device, "the slowest rank's time")[0]
 
 
 def _time(fn, calls: int, device: torch.device) -> float:
-    dist.barrier()
+    barrier_across("the barrier before a timed call")
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
@@ -158,6 +161,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
         _join_from_mpirun()
     if not dist.is_initialized():
         join_process_group(args.timeout)
+    bound_collectives(datetime.timedelta(seconds=args.timeout))  # a group made elsewhere too
     rank, world = dist.get_rank(), dist.get_world_size()
     backend = dist.get_backend()
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if backend == "nccl" else torch.device("cpu")

@@ -27,7 +27,14 @@ from lptrain.comm.algorithms.options import HOST, ONE_GPU, PCIE, Sizing
 from lptrain.comm.communicator import DeviceCommunicator, ScheduleCommunicator
 from lptrain.comm.cuda_graph import check_cuda_graph
 from lptrain.comm.devices import parse_devices
-from lptrain.comm.distributed import DistributedCommunicator, parse_segment_size, segment_bytes
+from lptrain.comm.distributed import (
+    DEFAULT_TIMEOUT_S,
+    DistributedCommunicator,
+    checked_timeout,
+    named_peer_failure,
+    parse_segment_size,
+    segment_bytes,
+)
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.nccl import NcclCommunicator
 from lptrain.comm.peer_kernel import check_reduce_kernel
@@ -130,7 +137,10 @@ def build_across_processes(name: str, group: Any, **options: Any) -> Distributed
     link = None
     if world > 1 and sized:
         # segment_size=auto and automatic blocks follow this transport, measured once per group
-        link = link_of(group, torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()))
+        device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+        bound = checked_timeout(common.get("timeout_s", DEFAULT_TIMEOUT_S))  # each wait of the measurement
+        with named_peer_failure(f"rank {dist.get_rank(group)}: measuring the transport at start failed"):
+            link = link_of(group, device, bound)
     figures = Sizing(link.alpha_s, link.beta_s_per_byte) if link is not None else HOST if on_cpu else PCIE
     # The executor runs each transfer as segments, each forwarded down the chain the moment it
     # is in: the segments already pipeline, so a block below a segment only adds messages, and

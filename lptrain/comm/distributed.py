@@ -25,17 +25,18 @@ friends): gloo's or NCCL's native algorithm, the baseline the schedules are held
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import re
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from lptrain.comm import liveness
+from lptrain.comm import bounded, liveness
 from lptrain.comm.checks import HALF_DTYPES, SUPPORTED_DTYPES, backend_dtypes, check_arguments, check_dtype
 from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_batched_steps, run_program
 from lptrain.comm.errors import CollectiveInputError
@@ -48,6 +49,7 @@ from lptrain.comm.transport import LinkCost
 
 DEFAULT_SEGMENT = "auto"  # lptrain.comm.program.auto_segment_bytes: the rule and its reasons
 DEFAULT_WINDOW = 16  # receives posted ahead
+DEFAULT_TIMEOUT_S = 300.0  # seconds a peer may be silent before it is an error
 
 
 def link_rate(link: LinkCost | None) -> float | None:
@@ -95,6 +97,25 @@ def peer_failure(what: str, err: BaseException) -> CollectiveError:
     return CollectiveError(f"{what}: {cause}")
 
 
+def checked_timeout(timeout_s: float) -> datetime.timedelta:
+    """``timeout_s`` as the bound of every wait, refused unless positive."""
+    if not timeout_s > 0:
+        raise CollectiveInputError(f"timeout_s must be positive, got {timeout_s}")
+    return datetime.timedelta(seconds=timeout_s)
+
+
+@contextlib.contextmanager
+def named_peer_failure(what: str) -> Iterator[None]:
+    """Inside, a backend's error (a peer died or stalled during ``what``, "rank 0: measuring
+    ..."), becomes the ``CollectiveError`` that names the peer; bad input passes unchanged."""
+    try:
+        yield
+    except (CollectiveInputError, CollectiveError):
+        raise
+    except Exception as err:
+        raise peer_failure(what, err) from err
+
+
 class DesyncError(CollectiveError):
     """The ranks did not all call the same collective on the same kind of tensor."""
 
@@ -126,7 +147,7 @@ class DistributedCommunicator:
         builders: dict[str, Callable[[int, int, int | None, int], Schedule]] | None,
         *,
         accumulate_fp32: bool = True,
-        timeout_s: float = 300.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         check_desync: bool = True,
         segment_size: int | str = DEFAULT_SEGMENT,
         window: int = DEFAULT_WINDOW,
@@ -139,8 +160,7 @@ class DistributedCommunicator:
                 "torch.distributed is not initialised: call torch.distributed.init_process_group() first "
                 "(torchrun sets up the environment for it)"
             )
-        if timeout_s <= 0:
-            raise CollectiveInputError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout = checked_timeout(timeout_s)
         self.segment_bytes = parse_segment_size(segment_size)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise CollectiveInputError(f"window must be a positive number of receives, got {window!r}")
@@ -156,7 +176,6 @@ class DistributedCommunicator:
         self.world_size = dist.get_world_size(group)
         self.backend = dist.get_backend(group)
         self.accumulate_fp32, self.check_desync = bool(accumulate_fp32), bool(check_desync)
-        self.timeout = datetime.timedelta(seconds=timeout_s)
         self._builders = builders  # None: the backend's own collectives
         self._schedules: dict[tuple, Schedule] = {}
         self._programs: dict[tuple, tuple[Action, ...]] = {}
@@ -260,7 +279,7 @@ class DistributedCommunicator:
 
     def _agree(self, mine: dict[str, Any]) -> None:
         self.desync_checks += 1
-        check_agreement(self.group, mine, self.rank, self.world_size, self.name)
+        check_agreement(self.group, mine, self.rank, self.world_size, self.name, self.timeout)
 
     def _collective(self, op: str, tensor: torch.Tensor, root: int | None, how: str) -> None:
         self._check(op, tensor, root, how)
@@ -286,9 +305,6 @@ class DistributedCommunicator:
                     work.div_(self.world_size)
                 if work is not flat:
                     flat.copy_(work)
-
-    def _peer(self, rank: int) -> int:
-        return self._global_ranks[rank]
 
     def _wait(self, work, what: str, fingerprint: dict[str, Any]) -> None:
         timeout = wait_timeout(self.backend, self.timeout)
@@ -352,33 +368,44 @@ class DistributedCommunicator:
         )
 
     def _native(self, op: str, work: torch.Tensor, root: int | None, fingerprint: dict[str, Any]) -> None:
+        # the operation itself gives up at the timeout: no gloo thread is left blocked behind a stalled peer
         if op == "allreduce":
-            w = dist.all_reduce(work, group=self.group, async_op=True)
+            w = bounded.issue_all_reduce(work, self.group, self.timeout)
         elif op == "reduce":
-            w = dist.reduce(work, dst=self._peer(root), group=self.group, async_op=True)
+            w = bounded.issue_reduce(work, root, self.group, self.timeout)
         else:
-            w = dist.broadcast(work, src=self._peer(root), group=self.group, async_op=True)
+            w = bounded.issue_broadcast(work, root, self.group, self.timeout)
         self._wait(w, f"the backend's {op}", fingerprint)
 
 
-def check_agreement(group: dist.ProcessGroup, mine: dict[str, Any], rank: int, world_size: int, name: str) -> None:
+def check_agreement(
+    group: dist.ProcessGroup,
+    mine: dict[str, Any],
+    rank: int,
+    world_size: int,
+    name: str,
+    timeout: datetime.timedelta,
+) -> None:
     """The desync check: one small allreduce of the largest and the smallest hash of every
     rank's ``fingerprint`` (with ``op`` and ``seq`` keys, for the error). They differ only when
     the fingerprints do; then every rank gathers all of them to say how (``DesyncError``). For
     the communicators' own check per collective, and for a caller that checks once per unit
-    of its own (the DDP hook: once per training step, whatever algorithm it runs)."""
+    of its own (the DDP hook: once per training step, whatever algorithm it runs). Each wait
+    ends at ``timeout``, the caller's own, not the group's (``lptrain.comm.bounded``)."""
     digest = int.from_bytes(hashlib.blake2b(repr(sorted(mine.items())).encode(), digest_size=7).digest(), "big")
     nccl = dist.get_backend(group) == "nccl"  # NCCL reduces only tensors on the current GPU
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
     probe = torch.tensor([digest, -digest], dtype=torch.int64, device=device)
+    what = f"rank {rank}: the desync check before {mine['op']} #{mine['seq']} ({name}) failed"
     try:
-        dist.all_reduce(probe, op=dist.ReduceOp.MAX, group=group)
-    except Exception as err:  # a dead peer shows up here first
-        what = f"rank {rank}: the desync check before {mine['op']} #{mine['seq']} ({name}) failed"
+        bounded.all_reduce(probe, group, timeout, op=dist.ReduceOp.MAX)
+    except Exception as err:  # a dead or stalled peer shows up here first
         raise peer_failure(what, err) from err
     if probe.tolist() == [digest, -digest]:
         return
-    everyone: list = [None] * world_size
-    dist.all_gather_object(everyone, mine, group=group)
+    try:
+        everyone = bounded.all_gather_text(repr(mine), group, timeout, device)
+    except Exception as err:
+        raise peer_failure(f"{what}: the ranks disagree, and gathering their sides", err) from err
     sides = "\n".join(f"  rank {r}: {f}" for r, f in enumerate(everyone))
     raise DesyncError(f"rank {rank}: the ranks called different collectives (#{mine['seq']}):\n{sides}")

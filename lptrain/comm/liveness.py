@@ -15,11 +15,20 @@ It costs one small store write and one read of the others' heartbeats per proces
 second, and a few seconds of watching only after a failure. The store is used from two
 threads: c10d's stores serialise their operations, and this module's own accesses go
 through one lock besides.
+
+The store itself lives in one process: rank 0's when the ranks were started by hand from
+the environment (``MASTER_ADDR``/``MASTER_PORT``, RANK, WORLD_SIZE), torchrun's agent under
+torchrun. When that process is gone the store stops answering, which names its host: rank 0
+(``store_host``). The heartbeats use their own connection to the store with a short timeout
+(``STORE_TIMEOUT_S``), so a stopped host costs seconds, not the group's timeout; and PyTorch's
+store client, which writes a warning with a C++ stack for every failed call, is kept quiet
+during them (``quiet_cpp_warnings``): the failure is reported once, in the caller's line.
 """
 
 from __future__ import annotations
 
 import atexit
+import datetime
 import os
 import threading
 import time
@@ -27,8 +36,12 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from lptrain.comm.cpp_log import quiet_cpp_warnings
+
 HEARTBEAT_S = 1.0  # one store write a second per process
 STALE_S = 4.0  # a heartbeat unchanged this long (four beats missed) is a rank that stopped
+STORE_TIMEOUT_S = 5.0  # a store call of the heartbeats' unanswered this long: its host stopped
+STORE_HOST = "the store's host"
 
 
 @dataclass(frozen=True)
@@ -37,11 +50,40 @@ class Silent:
 
     rank: int
     age_s: float | None
+    role: str = ""  # STORE_HOST: named because the store it hosts stopped answering
 
     def describe(self) -> str:
+        who = f"rank {self.rank} ({self.role})" if self.role else f"rank {self.rank}"
         if self.age_s is None:
-            return f"rank {self.rank} stopped answering (no heartbeat seen)"
-        return f"rank {self.rank} stopped answering (last heartbeat {self.age_s:.0f} s ago)"
+            return f"{who} stopped answering (no heartbeat seen)"
+        return f"{who} stopped answering (last heartbeat {self.age_s:.0f} s ago)"
+
+
+def _underlying(store):
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    return store
+
+
+def store_host(store) -> int | None:
+    """The rank whose process hosts ``store``: rank 0 for a TCPStore made from the environment
+    or a ``tcp://`` address (its server runs in rank 0); None under torchrun, whose agent hosts
+    it, and for a file store, which no process hosts."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
+        return None
+    return 0 if isinstance(_underlying(store), dist.TCPStore) else None
+
+
+def own_connection(store):
+    """A connection of the heartbeats' own to ``store``, whose calls give up after
+    ``STORE_TIMEOUT_S`` (the group's own connection keeps the group's timeout); ``store``
+    itself where it cannot be cloned."""
+    try:
+        clone = store.clone()
+        clone.set_timeout(datetime.timedelta(seconds=STORE_TIMEOUT_S))
+        return clone
+    except Exception:  # noqa: BLE001 - a store without clone: the group's own connection
+        return store
 
 
 def _prefix() -> str:
@@ -52,8 +94,9 @@ def _prefix() -> str:
 class Heartbeat:
     """This process's heartbeat in ``store`` (``rank`` of ``world``), and the watch after a failure."""
 
-    def __init__(self, store, rank: int, world: int, interval_s: float = HEARTBEAT_S) -> None:
+    def __init__(self, store, rank: int, world: int, interval_s: float = HEARTBEAT_S, host: int | None = None) -> None:
         self.store, self.rank, self.world, self.interval_s = store, rank, world, interval_s
+        self.host = host  # the rank whose process hosts the store (store_host), if one does
         self.prefix = _prefix()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -69,7 +112,7 @@ class Heartbeat:
 
     def _beat(self) -> bool:
         try:
-            with self._lock:
+            with self._lock, quiet_cpp_warnings():
                 self.store.set(self._key("beat", self.rank), f"{time.time():.3f}")
             return True
         except Exception:  # the store is gone (its host died): nothing left to tell
@@ -103,7 +146,7 @@ class Heartbeat:
 
     def _read(self, kind: str, ranks: list[int]) -> dict[int, str]:
         found = {}
-        with self._lock:
+        with self._lock, quiet_cpp_warnings():
             for r in ranks:
                 key = self._key(kind, r)
                 if self.store.check([key]):
@@ -117,7 +160,7 @@ class Heartbeat:
         as soon as its worker does)."""
         others = [r for r in range(self.world) if r != self.rank]
         keys = [self._key("beat", r) for r in others]
-        with self._lock:
+        with self._lock, quiet_cpp_warnings():
             if not self._all_seen and not self.store.check(keys):
                 values = None
             else:
@@ -146,7 +189,7 @@ class Heartbeat:
         failing: set[int] = set()
         said: set[int] = set()
         try:
-            with self._lock:
+            with self._lock, quiet_cpp_warnings():
                 self.store.set(self._key("failing", self.rank), reason or "failing")
             self._observe()  # what the store holds now: a dead rank's last beat is among it
             with self._seen_lock:
@@ -166,16 +209,21 @@ class Heartbeat:
                 time.sleep(min(self.interval_s / 2, 0.5))
             silent = sorted((stale | set(undecided)) - fresh - failing)
             if silent:
-                with self._lock:
+                with self._lock, quiet_cpp_warnings():
                     self.store.set(self._key("silent", self.rank), ",".join(map(str, silent)))
-        except Exception:  # the store went away: decide on what was seen until then
+        except Exception:  # the store went away: its host stopped, or decide on what was seen until then
+            if self.host is not None and self.host != self.rank:
+                return [self._silent(self.host, STORE_HOST)]
             seen_until = self._observed if self._observed is not None else began
             silent = sorted(
                 r for r in others
                 if r in self._changed and r not in failing and seen_until - self._changed[r] >= watch_s
             )  # fmt: skip
-        wall = time.time()
-        return [Silent(r, max(0.0, wall - float(self._seen[r])) if r in self._seen else None) for r in silent]
+        return [self._silent(r) for r in silent]
+
+    def _silent(self, rank: int, role: str = "") -> Silent:
+        seen = self._seen.get(rank)
+        return Silent(rank, max(0.0, time.time() - float(seen)) if seen is not None else None, role)
 
 
 _current: Heartbeat | None = None
@@ -201,7 +249,7 @@ def start() -> Heartbeat | None:
         store = default_store()
         if store is None:
             return None
-        _current = Heartbeat(store, dist.get_rank(), dist.get_world_size())
+        _current = Heartbeat(own_connection(store), dist.get_rank(), dist.get_world_size(), host=store_host(store))
         _current.start()
         return _current
 

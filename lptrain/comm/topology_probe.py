@@ -21,11 +21,13 @@ waiting for a core only ever adds time.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from lptrain.comm import bounded
 from lptrain.comm.transport import timed_exchange
 
 PROBE_BYTES = 1 << 20
@@ -133,7 +135,9 @@ def group_racks(rates: list[list[float]], rounds: list[list[tuple[int, int]]], f
     return Racks(tuple(tuple(g) for g in groups), port, uplink, "pairs across racks share a slower link")
 
 
-def pair_rates(group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int = 2) -> list[list[float]]:
+def pair_rates(
+    group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int = 2, timeout: datetime.timedelta | None = None
+) -> list[list[float]]:
     """Every rank together: the round robin of pairs, each exchanging ``nbytes`` both ways at
     once with the rest of its round; the same matrix of rates (bytes per second) on every rank."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
@@ -144,16 +148,16 @@ def pair_rates(group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int
     for pairs in pair_rounds(world):
         peer = next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
         if peer is not None:
-            timed_exchange(tiny, tiny_in, peer, peer, group)  # a first message pays for the connection
+            timed_exchange(tiny, tiny_in, peer, peer, group, timeout)  # a first message pays for the connection
         best = float("inf")
         for _ in range(reps):
-            dist.barrier(group=group)  # the round's pairs start together
+            bounded.barrier(group, timeout)  # the round's pairs start together
             if peer is not None:
-                best = min(best, timed_exchange(out, into, peer, peer, group))
+                best = min(best, timed_exchange(out, into, peer, peer, group, timeout))
         if peer is not None:
             took[rank, peer] = best
     shared = took.to(device)
-    dist.all_reduce(shared, group=group)  # each entry was set by one rank
+    bounded.all_reduce(shared, group, timeout)  # each entry was set by one rank
     took = shared.cpu()
     return [
         [nbytes / max(float(took[a, b]), float(took[b, a]), 1e-9) if a != b else 0.0 for b in range(world)]
@@ -161,7 +165,10 @@ def pair_rates(group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int
     ]
 
 
-def probe_racks(group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int = 2) -> Racks:
-    """Every rank together: the racks of ``group`` as its pairs' rates show them."""
+def probe_racks(
+    group, device: torch.device, nbytes: int = PROBE_BYTES, reps: int = 2, timeout: datetime.timedelta | None = None
+) -> Racks:
+    """Every rank together: the racks of ``group`` as its pairs' rates show them (each wait
+    ending at ``timeout``; None: the group's own)."""
     world = dist.get_world_size(group)
-    return group_racks(pair_rates(group, device, nbytes, reps), pair_rounds(world))
+    return group_racks(pair_rates(group, device, nbytes, reps, timeout), pair_rounds(world))

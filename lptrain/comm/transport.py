@@ -16,12 +16,15 @@ goes at its pace), so that all of them cut the message into the same blocks.
 
 from __future__ import annotations
 
+import datetime
 import time
 import weakref
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+from lptrain.comm import bounded
 
 SMALL_BYTES = 8
 LARGE_BYTES = 4 << 20
@@ -51,42 +54,53 @@ def link_cost(small_s: float, large_s: float, large_bytes: int = LARGE_BYTES) ->
     return LinkCost(alpha, max(moving, 1e-9) / large_bytes)
 
 
-def timed_exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, send_to: int, receive_from: int, group) -> float:
+def timed_exchange(
+    buf_out: torch.Tensor,
+    buf_in: torch.Tensor,
+    send_to: int,
+    receive_from: int,
+    group,
+    timeout: datetime.timedelta | None = None,
+) -> float:
     """Send ``buf_out`` to rank ``send_to`` of ``group`` while receiving ``buf_in`` from
     ``receive_from``, posted as one batch: on NCCL, unbatched operations run one after the
     other on one stream, and a receive posted first on every rank would wait forever for a
-    send queued behind the peer's receive. Seconds until both are done."""
+    send queued behind the peer's receive. Seconds until both are done; each waits at most
+    ``timeout`` (None: the group's own)."""
     ops = [
         dist.P2POp(dist.irecv, buf_in, dist.get_global_rank(group, receive_from), group),
         dist.P2POp(dist.isend, buf_out, dist.get_global_rank(group, send_to), group),
     ]
     began = time.perf_counter()
     for work in dist.batch_isend_irecv(ops):
-        work.wait()
+        bounded.wait(work, group, timeout)
     if buf_in.is_cuda:
         torch.cuda.synchronize(buf_in.device)
     return time.perf_counter() - began
 
 
-def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group) -> float:
+def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group, timeout) -> float:
     """The link measurement's exchange: to the next rank, from the previous one."""
-    return timed_exchange(buf_out, buf_in, (rank + 1) % world, (rank - 1) % world, group)
+    return timed_exchange(buf_out, buf_in, (rank + 1) % world, (rank - 1) % world, group, timeout)
 
 
-def measure_link(group, device: torch.device, reps: int = 9, small_reps: int = 30) -> LinkCost:
+def measure_link(
+    group, device: torch.device, reps: int = 9, small_reps: int = 30, timeout: datetime.timedelta | None = None
+) -> LinkCost:
     """Every rank of ``group`` together: the slowest link's ``LinkCost`` (the same on all).
     Small exchanges cost nothing much, so they are repeated more: the fastest of them is
-    ``alpha``, and on a busy machine it takes many tries to catch every rank on a core."""
+    ``alpha``, and on a busy machine it takes many tries to catch every rank on a core. Each
+    wait ends at ``timeout`` (None: the group's own)."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     times = []
     for nbytes, tries in ((SMALL_BYTES, small_reps), (LARGE_BYTES, reps)):
         out = torch.zeros(nbytes, dtype=torch.uint8, device=device)
         into = torch.empty_like(out)
         for _ in range(2):  # warm-up: connections, allocations, first touch
-            _exchange(out, into, rank, world, group)
-        times.append(min(_exchange(out, into, rank, world, group) for _ in range(tries)))
+            _exchange(out, into, rank, world, group, timeout)
+        times.append(min(_exchange(out, into, rank, world, group, timeout) for _ in range(tries)))
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+    bounded.all_reduce(slowest, group, timeout, op=dist.ReduceOp.MAX)
     small, large = slowest.tolist()
     return link_cost(small, large)
 
@@ -94,11 +108,11 @@ def measure_link(group, device: torch.device, reps: int = 9, small_reps: int = 3
 _MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def link_of(group, device: torch.device) -> LinkCost:
+def link_of(group, device: torch.device, timeout: datetime.timedelta | None = None) -> LinkCost:
     """``measure_link`` once per process group (every communicator built on it shares the
     figure; the ranks build theirs in the same order, so they measure together)."""
     if group not in _MEASURED:
-        _MEASURED[group] = measure_link(group, device)
+        _MEASURED[group] = measure_link(group, device, timeout=timeout)
     return _MEASURED[group]
 
 
@@ -116,27 +130,30 @@ class PortRate:
         return max(self.send_bps, self.recv_bps)
 
 
-def port_rates(group, device: torch.device, nbytes: int = 1 << 20) -> list[PortRate]:
+def port_rates(
+    group, device: torch.device, nbytes: int = 1 << 20, timeout: datetime.timedelta | None = None
+) -> list[PortRate]:
     """Every rank's port, one transfer at a time: rank r sends ``nbytes`` to rank r + 1 while
     the others wait. The same list on every rank. A port slow both ways slows both transfers
-    it takes part in, its neighbours only one each: ``slowest_port`` tells them apart."""
+    it takes part in, its neighbours only one each: ``slowest_port`` tells them apart. Each
+    wait ends at ``timeout`` (None: the group's own)."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
     took = torch.zeros(world, dtype=torch.float64, device=device)
     for sender in range(world):
         receiver = (sender + 1) % world
         for attempt in range(2):  # the first pays for connections and first touches
-            dist.barrier(group=group)
+            bounded.barrier(group, timeout)
             began = time.perf_counter()
             if rank == sender:
-                dist.send(buf, dist.get_global_rank(group, receiver), group=group)
+                bounded.wait(dist.isend(buf, dist.get_global_rank(group, receiver), group=group), group, timeout)
             elif rank == receiver:
-                dist.recv(buf, dist.get_global_rank(group, sender), group=group)
+                bounded.wait(dist.irecv(buf, dist.get_global_rank(group, sender), group=group), group, timeout)
             if buf.is_cuda:
                 torch.cuda.synchronize(buf.device)
             if rank == receiver and attempt == 1:  # complete once the last byte is in
                 took[sender] = time.perf_counter() - began
-    dist.all_reduce(took, group=group)  # each entry was set by one rank
+    bounded.all_reduce(took, group, timeout)  # each entry was set by one rank
     seconds = took.tolist()
     return [PortRate(r, nbytes / seconds[r], nbytes / seconds[(r - 1) % world]) for r in range(world)]
 

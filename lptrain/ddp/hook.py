@@ -25,6 +25,7 @@ On GPUs the future is a CUDA future: the thread waits for backward's stream to h
 produced the bucket, runs on a side stream, and the future carries that stream's event.
 """
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -69,6 +70,7 @@ class LPHookState:
         # the communicator checks nothing itself: the hook checks once per step (module docstring)
         self.comm = build_communicator(algo, process_group=group, timeout_s=timeout_s, check_desync=False, **options)
         self.check_desync = bool(check_desync)
+        self.timeout = datetime.timedelta(seconds=timeout_s)  # every wait of the hook's, its desync check's too
         self.group = group
         self.desync_checks = 0  # small allreduces of step fingerprints so far
         self.steps = 0  # training steps whose first bucket was issued
@@ -102,7 +104,8 @@ class LPHookState:
         """The step's desync check across the group, whatever communicator runs the buckets."""
         if self.world_size > 1:
             self.desync_checks += 1
-            check_agreement(self.group, check, dist.get_rank(self.group), self.world_size, self.algo)
+            rank = dist.get_rank(self.group)
+            check_agreement(self.group, check, rank, self.world_size, self.algo, self.timeout)
 
     def fingerprint(self, bucket: dist.GradBucket, nbytes: int) -> dict[str, Any] | None:
         """The step's fingerprint at its first bucket (None at the others); records the bucket's size."""
@@ -128,7 +131,8 @@ def state(algo: str = "lp", **options: Any) -> LPHookState:
     """The state to register with ``hook``: ``algo`` (lp, mst, be, ring; nccl: the backend's
     own allreduce; auto: chosen per bucket size, with ``topology`` a model, declared racks
     such as ``racks:2@1/2`` or ``probe``, as ``comm=auto``), ``process_group`` (default: the
-    default group), ``grad_dtype`` (fp32, bf16, fp16), ``timeout_s``, ``check_desync``, and
+    default group), ``grad_dtype`` (fp32, bf16, fp16), ``timeout_s`` (the most any of its
+    waits lasts, the desync check's included, whatever the group's own timeout), ``check_desync``, and
     the algorithm's own options as in ``build_communicator`` (``block_size``, ``segment_size``,
     ``window`` ...)."""
     return LPHookState(algo, **options)

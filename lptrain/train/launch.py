@@ -4,6 +4,11 @@
 and friends in their environment; each one trains its replicas (``trainer.devices``
 per process) and the gradients cross processes through ``torch.distributed`` (gloo for
 CPU devices, NCCL for GPUs). Only rank 0 logs, evaluates and writes checkpoints.
+
+The few collectives of the trainer's own (the loss sum, the stop and overflow flags, the
+comparison of the replicas, the barrier before leaving) wait at most the timeout the group
+was joined with (``trainer.comm_timeout_s``; the benchmark's ``--timeout``), handed to each
+operation (``lptrain.comm.bounded``), so the bound holds on a group made by someone else too.
 """
 
 from __future__ import annotations
@@ -17,11 +22,24 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-from lptrain.comm import liveness
+from lptrain.comm import bounded, liveness
 from lptrain.comm.distributed import peer_failure
 from lptrain.train.parent import stop_with_launcher
 
 T = TypeVar("T")
+
+_timeout: datetime.timedelta | None = None  # the bound of the helpers' collectives: the user's setting
+
+
+def bound_collectives(timeout: datetime.timedelta | None) -> None:
+    """From now on the helpers below wait at most ``timeout`` (None: the group's own): set
+    when this process joins, and by a caller that runs on a group it did not make."""
+    global _timeout
+    _timeout = timeout
+
+
+def _bound() -> datetime.timedelta | None:
+    return _timeout
 
 
 def launched_by_torchrun() -> bool:
@@ -44,14 +62,17 @@ def init_from_environment(devices: list[torch.device], timeout_s: float) -> tupl
         return 0, 1
     if "TORCHELASTIC_RUN_ID" in os.environ:
         stop_with_launcher()
+    bound_collectives(datetime.timedelta(seconds=timeout_s))
     if not dist.is_initialized():
-        join_default_group(devices[0], datetime.timedelta(seconds=timeout_s))
+        join_default_group(devices[0], _timeout)
     return dist.get_rank(), dist.get_world_size()
 
 
 def join_default_group(device: torch.device, timeout: datetime.timedelta | None = None) -> None:
     """NCCL for a GPU, made this process's current device first and named to the group
-    (see ``init_from_environment``); gloo for the CPU. ``None``: the backend's default timeout."""
+    (see ``init_from_environment``); gloo for the CPU. ``None``: the backend's default timeout.
+    The helpers below wait at most ``timeout`` too."""
+    bound_collectives(timeout)
     if device.type == "cuda":
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", timeout=timeout, device_id=device)
@@ -85,29 +106,35 @@ def across(what: str, call: Callable[[], T]) -> T:
 
 def sum_across(values: list[float], device: torch.device, what: str = "the sum across processes") -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=_carrier(device))
-    across(what, lambda: dist.all_reduce(t))
+    across(what, lambda: bounded.all_reduce(t, None, _bound()))
     return t.tolist()
 
 
 def any_across(flag: bool, device: torch.device, what: str = "the flag shared across processes") -> bool:
     """True on every rank when it is true on any (so that all stop at the same step)."""
     t = torch.tensor([1.0 if flag else 0.0], device=_carrier(device))
-    across(what, lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX))
+    across(what, lambda: bounded.all_reduce(t, None, _bound(), op=dist.ReduceOp.MAX))
     return bool(t.item())
 
 
-def max_across(value: int, device: torch.device, what: str = "the largest value across processes") -> int:
-    """The largest of every rank's ``value`` (a small non-negative integer), on every rank."""
-    t = torch.tensor([float(value)], device=_carrier(device))
-    across(what, lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX))
-    return int(t.item())
+def max_across(values: list[float], device: torch.device, what: str = "the maximum across processes") -> list[float]:
+    """Every rank's ``values`` reduced element by element to their largest, on every rank."""
+    t = torch.tensor(values, dtype=torch.float64, device=_carrier(device))
+    across(what, lambda: bounded.all_reduce(t, None, _bound(), op=dist.ReduceOp.MAX))
+    return t.tolist()
+
+
+def barrier_across(what: str = "the barrier across processes") -> None:
+    across(what, lambda: bounded.barrier(None, _bound()))
 
 
 def same_everywhere(tensor: torch.Tensor) -> bool:
     """Whether every rank holds these exact bytes."""
     digest = hashlib.sha1(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-    everyone: list = [None] * dist.get_world_size()
-    across("the comparison of the replicas' weights", lambda: dist.all_gather_object(everyone, digest))
+    carrier = _carrier(tensor.device)
+    everyone = across(
+        "the comparison of the replicas' weights", lambda: bounded.all_gather_text(digest, None, _bound(), carrier)
+    )
     return all(d == digest for d in everyone)
 
 
@@ -117,6 +144,6 @@ def finish() -> None:
     group is freed here and not at interpreter exit, where gloo aborts some of the time
     ("terminate called without an active exception")."""
     if dist.is_initialized():
-        across("the barrier before leaving the process group", dist.barrier)
+        barrier_across("the barrier before leaving the process group")
         liveness.stop()  # no heartbeat thread outlives the group
         dist.destroy_process_group()

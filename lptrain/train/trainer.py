@@ -633,7 +633,8 @@ class Trainer:
     def _stop_agreed(self, done: int) -> bool:
         """Whether every process stops after step ``done``: whether any was signalled."""
         if self.nprocs > 1:
-            self._stop_by = max_across(self._stop_signal, self.devices[0], f"the stop check after step {done}")
+            what = f"the stop check after step {done}"
+            self._stop_by = int(max_across([float(self._stop_signal)], self.devices[0], what)[0])
         else:
             self._stop_by = self._stop_signal
         return bool(self._stop_by)
