@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 EXIT_OK = 0
+EXIT_BUG = 1  # an unexpected exception: its traceback is printed
 EXIT_USAGE = 2  # a bad configuration or input
 EXIT_PEER_FAILED = 3  # a collective across processes failed (a peer died, stalled or desynced)
 EXIT_WRITE_FAILED = 4  # the run's files could not be written
