@@ -129,7 +129,7 @@ def test_the_benchmark_turns_an_allocation_failure_into_one_line(monkeypatch, ca
 
 def test_a_full_disk_while_logging_is_one_line_naming_the_file_and_no_empty_failed_json(tmp_path):
     mount = tmp_path / "small"
-    if not mount_tmpfs(mount, "size=64k"):
+    if not mount_tmpfs(mount, "size=40k"):
         pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN)")
     run_dir = mount / "run"
     try:
