@@ -131,7 +131,8 @@ def plan(args: Sequence[str], now: datetime.datetime | None = None) -> RunDirs:
         return dirs
     folder = Path(given).expanduser().resolve()
     found = folder.exists()
-    dirs.made += make_folder(folder)  # here, where a failure is one line, not in Hydra's mkdir
+    if "${" not in given:  # an interpolation (${now:...}) is Hydra's to resolve, and to make
+        dirs.made += make_folder(folder)  # here, where a failure is one line, not in Hydra's mkdir
     if multirun:  # the jobs' folders are children of the sweep's
         dirs.watched.add(folder)
         if folder.is_dir():
