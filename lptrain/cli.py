@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lptrain.exits import EXIT_PEER_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED, end_if_reader_gone, quiet_on_closed_pipe
+from lptrain.exits import (
+    EXIT_BUG,
+    EXIT_PEER_FAILED,
+    EXIT_USAGE,
+    EXIT_WRITE_FAILED,
+    end_if_reader_gone,
+    quiet_on_closed_pipe,
+)
 
 if TYPE_CHECKING:
     from lptrain.train.run_config import RunConfig
@@ -80,9 +87,13 @@ OUTCOME = Outcome()
 def classify(err: BaseException) -> tuple[int, str] | None:
     """(exit code, one line) for an error the failure policy covers, None for a bug."""
     from lptrain.train.checkpoint import CheckpointWriteError
+    from lptrain.train.memory import allocation_failure
 
     if isinstance(err, CheckpointWriteError):
         return EXIT_WRITE_FAILED, str(err)
+    oom = allocation_failure(err)
+    if oom is not None:  # the batch (or the model) does not fit where it runs
+        return EXIT_USAGE, f"{oom}; lower trainer.batch_per_device (or the model's or the images' size)"
     if isinstance(err, _user_errors()):
         return EXIT_USAGE, str(err)
     if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:
@@ -99,13 +110,17 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def peer_failed(err: BaseException) -> None:
-    """A collective across processes failed: one line, exit code 3, at once. Leaving the
-    process group (or letting the interpreter tear it down) would wait on the peer that is
-    gone, so the process ends here, its output flushed."""
+def peer_failed(err: BaseException, run_dir: Path | None = None) -> None:
+    """A collective across processes failed: one line, exit code 3, at once (``failed.json``
+    in ``run_dir`` first, where this process holds it). Leaving the process group (or
+    letting the interpreter tear it down) would wait on the peer that is gone, so the
+    process ends here, its output flushed."""
     from lptrain.comm import liveness
 
-    _say(" ".join(str(err).split()))
+    message = " ".join(str(err).split())
+    _say(message)
+    if run_dir is not None:
+        _record_failure(run_dir, message, EXIT_PEER_FAILED, keep=False)
     sys.stdout.flush()
     liveness.stop()
     os._exit(EXIT_PEER_FAILED)
@@ -136,10 +151,12 @@ def write_run_config(config: RunConfig, run_dir: Path, overrides: list[str]) -> 
     start: what the report labels runs by."""
     from omegaconf import OmegaConf
 
+    from lptrain.settings.rundirs import write_atomically
+
     if not (run_dir / "config.yaml").exists():
-        (run_dir / "config.yaml").write_text(_config_text(config))
+        write_atomically(run_dir / "config.yaml", _config_text(config))
     if not (run_dir / "overrides.yaml").exists():
-        (run_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+        write_atomically(run_dir / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
 
 def run(config: RunConfig, run_dir: Path, overrides: list[str] | None = None) -> float | None:
@@ -149,7 +166,7 @@ def run(config: RunConfig, run_dir: Path, overrides: list[str] | None = None) ->
     from dataclasses import asdict
 
     from lptrain.models import parameter_count
-    from lptrain.settings.rundirs import FolderTaken, hold
+    from lptrain.settings.rundirs import FolderTaken, hold, write_atomically
     from lptrain.train.launch import finish
     from lptrain.train.trainer import Trainer
 
@@ -189,7 +206,7 @@ def run(config: RunConfig, run_dir: Path, overrides: list[str] | None = None) ->
     )
     summary = trainer.fit()
     print(summary.render(config, params), flush=True)
-    (run_dir / "summary.json").write_text(json.dumps(asdict(summary), indent=1))
+    write_atomically(run_dir / "summary.json", json.dumps(asdict(summary), indent=1))
     (run_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier failure of the run this one continued
     finish()
     if summary.interrupted_by:
@@ -222,14 +239,15 @@ def _task(cfg) -> float | None:
         config = _checked(cfg, overrides)
         return run(config, run_dir, overrides)
     except CollectiveError as err:
-        peer_failed(err)
+        peer_failed(err, run_dir)
     except BrokenPipeError as err:  # `lptrain | head`: ends quietly (a SystemExit passes through Hydra)
         end_if_reader_gone(err)
         raise
     except Exception as err:
         said = classify(err)
-        if said is None:
-            raise  # a bug: Hydra prints the traceback
+        if said is None:  # a bug: Hydra prints the traceback; the report reads its last line
+            _record_failure(run_dir, " ".join(f"{type(err).__name__}: {err}".split()), EXIT_BUG, keep=sweep)
+            raise
         code, message = said
         if not sweep:
             _say(message)
@@ -253,14 +271,15 @@ def _task(cfg) -> float | None:
 
 def _record_failure(run_dir: Path, message: str, code: int, keep: bool) -> None:
     """``failed.json`` in the folder this run claimed (or, in a sweep, any job's folder
-    lptrain made; never in another run's), so that lptrain-report marks the run; never raises."""
-    from lptrain.settings.rundirs import holds
+    lptrain made; never in another run's), so that lptrain-report marks the run; written
+    whole or not at all, and never raises."""
+    from lptrain.settings.rundirs import holds, write_atomically
 
     try:
         mine = OUTCOME.dirs is not None and OUTCOME.dirs.ours(run_dir)
         if run_dir.is_dir() and (holds(run_dir) or (keep and mine)):
-            (run_dir / FAILED_FILE).write_text(json.dumps({"error": message, "exit_code": code}) + "\n")
-    except OSError:
+            write_atomically(run_dir / FAILED_FILE, json.dumps({"error": message, "exit_code": code}) + "\n")
+    except OSError:  # a full disk: no failed.json, rather than an empty one
         pass
 
 
@@ -303,7 +322,14 @@ def main(argv: list[str] | None = None) -> None:
     OUTCOME.jobs, OUTCOME.failed = max(jobs, 1), []
     OUTCOME.checked = {task_overrides(job.overrides): job.config for job in checked}
     if jobs:  # a job will run (not --cfg, --info ...): its folder, claimed now
-        OUTCOME.dirs = plan(args)
+        try:
+            OUTCOME.dirs = plan(args)
+        except OSError as err:  # the run folder cannot be made: a read-only mount, a full disk
+            said = classify(err)
+            if said is None:
+                raise
+            _say(said[1])
+            sys.exit(said[0])
         args = [*args, *OUTCOME.dirs.overrides]
     app = hydra.main(version_base=None, config_path=str(configs_dir()), config_name="config")(_task)
     sys.argv = [sys.argv[0], *args]

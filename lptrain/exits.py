@@ -10,9 +10,11 @@ code   meaning
 =====  =====================================================================================
 0      done, or nothing to do (a finished run resumed)
 1      a bug: an unexpected exception, with its traceback
-2      a bad configuration or input (a key, a value, a data file, a checkpoint, a run folder)
+2      a bad configuration or input (a key, a value, a data file, a checkpoint, a run folder,
+       a batch or message larger than the memory)
 3      a collective across processes failed: a peer died, stalled past the timeout, desynced
-4      the run's files could not be written (disk full, read-only file system)
+4      the run's files could not be written (disk full, read-only file system); the line
+       names the file
 5      lptrain-cluster: this host cannot carry the emulated cluster asked for (below fidelity)
 130    stopped by Ctrl-C (SIGINT); 143 by SIGTERM: after the checkpoint was written (a second
        Ctrl-C stops at once, unsaved: 130). lptrain-cluster passes the first on to every
@@ -35,6 +37,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 EXIT_OK = 0
+EXIT_BUG = 1  # an unexpected exception: its traceback is printed
 EXIT_USAGE = 2  # a bad configuration or input
 EXIT_PEER_FAILED = 3  # a collective across processes failed (a peer died, stalled or desynced)
 EXIT_WRITE_FAILED = 4  # the run's files could not be written

@@ -7,8 +7,12 @@ Each run is read from what it wrote: ``steps.jsonl`` (every step's times; the me
 spreads are over the timed steps, as in the run's own summary), ``metrics.jsonl`` (eval
 accuracy, bytes per step), ``config.yaml`` and ``overrides.yaml`` (a run's label is every
 override that differs between the runs: the swept ones). A run that failed (its folder
-holds ``failed.json``: the one-line error and the exit code) is listed last, marked FAILED. Imports no Hydra, and torch
-only to read LP block sizes when they were swept.
+holds ``failed.json``: the one-line error and the exit code) is listed last, marked FAILED;
+one that wrote neither ``summary.json`` nor ``failed.json`` (still running, or killed) is
+marked UNFINISHED. A file that cannot be read (not UTF-8, not YAML or JSON, cut short)
+marks its run BAD FILE and is named in one line under the table; the run is listed with
+what its other files hold. Imports no Hydra, and torch only to read LP block sizes when
+they were swept.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lptrain.exits import quiet_on_closed_pipe
-from lptrain.train.stepstats import COMM_SHARE, comm_share, mean_std, read_jsonl, share_text, timed
+from lptrain.train.stepstats import COMM_SHARE, comm_share, jsonl_rows, mean_std, share_text, timed
+
+UNFINISHED = "UNFINISHED"  # the marker of a run with no summary.json and no failed.json
 
 # Swept keys that make a numeric axis for "communication time against ..." (first found wins).
 AXES = (
@@ -47,6 +53,8 @@ class RunRecord:
     loss: list[tuple[int, float]] = field(default_factory=list)
     label: str = ""
     failed: str | None = None  # the failed run's one-line error (failed.json)
+    finished: bool = True  # it wrote summary.json (or failed.json): not still running, not killed
+    problems: list[str] = field(default_factory=list)  # one line per file that could not be read
 
     def get(self, dotted: str, default=None):
         node = self.config
@@ -62,35 +70,91 @@ def find_runs(root: Path) -> list[Path]:
     return sorted({p.parent for name in ("steps.jsonl", "failed.json") for p in root.rglob(name)})
 
 
-def _failure(run_dir: Path) -> str | None:
+def _failure(run_dir: Path, problems: list[str]) -> str | None:
     path = run_dir / "failed.json"
     if not path.exists():
         return None
     try:
-        said = json.loads(path.read_text())
+        said = json.loads(path.read_bytes().decode())
         return f"{said.get('error', 'failed')} (exit code {said.get('exit_code', '?')})"
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError) as err:
+        problems.append(f"{path}: not valid JSON ({_reason(err)})")
         return "failed (failed.json unreadable)"
 
 
-def _yaml(path: Path):
+def _reason(err: BaseException) -> str:
+    """An error's first line, short enough for one line of the report."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _yaml(path: Path, kind: type, problems: list[str]):
+    """``path`` as YAML of type ``kind`` (None when absent); a file that cannot be read is a
+    line in ``problems`` and reads as absent."""
     import yaml
 
-    return yaml.safe_load(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        value = yaml.safe_load(path.read_bytes().decode())
+    except (OSError, ValueError, yaml.YAMLError) as err:  # ValueError: UnicodeDecodeError
+        problems.append(f"{path}: not valid YAML ({_reason(err)})")
+        return None
+    if value is not None and not isinstance(value, kind):
+        problems.append(f"{path}: not a {'mapping' if kind is dict else 'list'} ({type(value).__name__})")
+        return None
+    return value
+
+
+def _jsonl(path: Path, problems: list[str]) -> list[dict]:
+    """Rows with a step number; lines that cannot be read are skipped and counted in one line."""
+    try:
+        rows, bad = jsonl_rows(path)
+    except OSError as err:
+        problems.append(f"{path}: unreadable ({_reason(err)})")
+        return []
+    kept = [r for r in rows if isinstance(r.get("step"), int) and all(isinstance(v, (int, float)) for v in r.values())]
+    bad += len(rows) - len(kept)
+    if bad:
+        which = "line that is not a UTF-8 JSON row" if bad == 1 else "lines that are not UTF-8 JSON rows"
+        problems.append(f"{path}: {bad} {which} with a step, skipped")
+    return kept
+
+
+def _finished(run_dir: Path, problems: list[str]) -> bool:
+    """Whether the run wrote its summary.json (at its end, also after a Ctrl-C) and it reads."""
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return False
+    try:
+        summary = json.loads(path.read_bytes().decode())
+    except (OSError, ValueError) as err:
+        problems.append(f"{path}: not valid JSON ({_reason(err)})")
+        return False
+    if not isinstance(summary, dict):
+        problems.append(f"{path}: not a JSON object ({type(summary).__name__})")
+        return False
+    return True
 
 
 def read_run(run_dir: Path) -> RunRecord:
-    config = _yaml(run_dir / "config.yaml") or _yaml(run_dir / ".hydra" / "config.yaml") or {}
-    listed = _yaml(run_dir / "overrides.yaml") or _yaml(run_dir / ".hydra" / "overrides.yaml") or []
+    """One run as its files say; a file that cannot be read is one line in ``problems``
+    (the run is still listed, with what the other files hold)."""
+    problems: list[str] = []
+    config = _yaml(run_dir / "config.yaml", dict, problems) or _yaml(run_dir / ".hydra" / "config.yaml", dict, problems)
+    listed = _yaml(run_dir / "overrides.yaml", list, problems)
+    listed = listed or _yaml(run_dir / ".hydra" / "overrides.yaml", list, problems) or []
     overrides = dict(str(o).lstrip("+~").split("=", 1) for o in listed if "=" in str(o))
-    rows = read_jsonl(run_dir / "steps.jsonl")
+    rows = _jsonl(run_dir / "steps.jsonl", problems)
     kept = timed(rows)
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    evals = [m["eval_accuracy"] for m in metrics if "eval_accuracy" in m]
-    sizes = [m["comm_bytes"] for m in metrics if "comm_bytes" in m]
+    metrics = _jsonl(run_dir / "metrics.jsonl", problems)
+    evals = [m["eval_accuracy"] for m in metrics if isinstance(m.get("eval_accuracy"), (int, float))]
+    sizes = [m["comm_bytes"] for m in metrics if isinstance(m.get("comm_bytes"), (int, float))]
+    failed = _failure(run_dir, problems)
+    finished = _finished(run_dir, problems)
     return RunRecord(
         path=run_dir,
-        config=config,
+        config=config or {},
         overrides=overrides,
         steps=max((r["step"] for r in rows), default=0),
         timed_steps=len(kept),
@@ -99,8 +163,10 @@ def read_run(run_dir: Path) -> RunRecord:
         comm_share=comm_share(kept),
         bytes_per_step=sizes[-1] if sizes else None,
         final_eval_accuracy=evals[-1] if evals else None,
-        loss=[(r["step"], r["loss"]) for r in rows if "loss" in r],
-        failed=_failure(run_dir),
+        loss=[(r["step"], r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))],
+        failed=failed,
+        finished=finished or failed is not None,
+        problems=problems,
     )
 
 
@@ -124,6 +190,18 @@ def rank(records: Sequence[RunRecord]) -> list[RunRecord]:
     return sorted(records, key=lambda r: (r.failed is not None, math.isnan(r.comm_ms[0]), r.comm_ms[0]))
 
 
+def _marks(r: RunRecord) -> str:
+    """What the row must say beside its figures: a failure, an unfinished run, a bad file."""
+    marks = []
+    if r.failed is not None and r.timed_steps:
+        marks.append(f"FAILED: {r.failed}")
+    if not r.finished:
+        marks.append(UNFINISHED)
+    if r.problems:
+        marks.append(f"BAD FILE{'S' if len(r.problems) > 1 else ''} (below)")
+    return "".join(f"  {m}" for m in marks)
+
+
 def render_table(records: Sequence[RunRecord]) -> str:
     width = max([len("run (swept overrides)"), *(len(r.label) for r in records)])
     head = (
@@ -135,6 +213,7 @@ def render_table(records: Sequence[RunRecord]) -> str:
         if r.failed is not None and not r.timed_steps:
             lines.append(
                 f"{i:>2} {r.label:<{width}} {str(r.get('model.name', '?')):<10} {r.steps:>5}   FAILED: {r.failed}"
+                + _marks(r)
             )
             continue
         acc = f"{100 * r.final_eval_accuracy:8.2f}%" if r.final_eval_accuracy is not None else f"{'-':>9}"
@@ -142,14 +221,20 @@ def render_table(records: Sequence[RunRecord]) -> str:
         compute = f"{r.compute_ms[0]:.1f} ± {r.compute_ms[1]:.1f}"
         lines.append(
             f"{i:>2} {r.label:<{width}} {str(r.get('model.name', '?')):<10} {r.steps:>5} {r.timed_steps:>5}"
-            f" {comm:>16} {compute:>18} {share_text(r.comm_share):>10} {acc}"
-            + (f"  FAILED: {r.failed}" if r.failed is not None else "")
+            f" {comm:>16} {compute:>18} {share_text(r.comm_share):>10} {acc}" + _marks(r)
         )
     lines.append("")
     lines.append(
         "comm ms/iter and compute ms/iter: mean ± standard deviation over the timed steps (all but the first of"
         f" each session); {COMM_SHARE}."
     )
+    if any(not r.finished for r in records):
+        lines.append(f"{UNFINISHED}: the run wrote no summary.json (nor failed.json): still running, or killed.")
+    problems = [p for r in records for p in r.problems]
+    if problems:
+        lines.append("")
+        lines.append(f"files that could not be read ({len(problems)}; their runs are listed with what the rest hold):")
+        lines += [f"  {p}" for p in problems]
     return "\n".join(lines)
 
 

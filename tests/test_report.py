@@ -13,8 +13,11 @@ import yaml
 from lptrain.report import find_runs, label_runs, main, rank, read_run
 
 
-def fake_run(folder: Path, overrides: list[str], comm_ms: list[float], compute_ms: float = 100.0) -> None:
-    """A run folder as lptrain writes it, with known per-step times (the first step is a warm-up)."""
+def fake_run(
+    folder: Path, overrides: list[str], comm_ms: list[float], compute_ms: float = 100.0, finished: bool = True
+) -> None:
+    """A run folder as lptrain writes it, with known per-step times (the first step is a warm-up);
+    ``finished=False``: as a run still running, or killed, leaves it (no summary.json)."""
     folder.mkdir(parents=True)
     comm = dict(o.split("=", 1) for o in overrides).get("comm", "lp")
     config = {
@@ -41,6 +44,8 @@ def fake_run(folder: Path, overrides: list[str], comm_ms: list[float], compute_m
     # What a one-step interval log would show: a reader of this alone would rank the runs wrongly.
     last = rows[-1]
     (folder / "metrics.jsonl").write_text(json.dumps({**last, "comm_bytes": 1e6, "eval_accuracy": 0.5}) + "\n")
+    if finished:
+        (folder / "summary.json").write_text(json.dumps({"steps": len(rows), "mean_comm_ms": 1.0}, indent=1))
 
 
 def test_a_sweep_with_known_timings_is_ranked_and_labelled_right(tmp_path, capsys):
@@ -104,3 +109,33 @@ def test_a_real_sweep_reports_every_run(tmp_path, steps):
     # The report's means are the runs' own summaries' means (same steps, same rule).
     assert {round(float(r[5]), 2) for r in rows} == {round(m, 2) for m in summaries}
     assert all(r[3] == str(steps) and r[4] == str(steps - 1) for r in rows)
+
+
+def test_broken_files_and_a_half_written_run_are_marked_with_one_line_per_bad_file(tmp_path):
+    """A broken config.yaml, a steps.jsonl that is not UTF-8, a summary.json cut short, a run
+    with no summary.json: every run is listed, each bad file in one line, and no traceback."""
+    sweep = tmp_path / "sweep"
+    for n in range(5):
+        fake_run(sweep / str(n), [f"comm={['lp', 'mst', 'be', 'ring', 'lp-rb'][n]}"], [9.0, 1.0 + n, 1.0 + n])
+    (sweep / "1" / "config.yaml").write_text("comm: [lp, {name: \n  - :\n")  # not YAML
+    with open(sweep / "2" / "steps.jsonl", "ab") as f:
+        f.write(b"\xff\xfe\x00 not text\n")  # not UTF-8, between two good lines
+        f.write(json.dumps({"step": 4, "comm_ms": 3.0, "compute_ms": 100.0, "step_ms": 103.0}).encode() + b"\n")
+    (sweep / "3" / "summary.json").write_text('{"steps": 3, "mean_')  # cut short
+    (sweep / "4" / "summary.json").unlink()  # half-written: still running, or killed
+    result = subprocess.run([sys.executable, "-m", "lptrain.report", str(sweep)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr  # before the fix: a traceback and exit code 1
+    assert result.stderr == ""
+    out = result.stdout
+    rows = {line.split()[1]: line for line in out.splitlines() if line[:2].strip().isdigit()}
+    assert set(rows) == {"comm=lp", "comm=mst", "comm=be", "comm=ring", "comm=lp-rb"}, out
+    assert "BAD FILE" not in rows["comm=lp"] and "UNFINISHED" not in rows["comm=lp"]
+    for label in ("comm=mst", "comm=be", "comm=ring"):
+        assert "BAD FILE" in rows[label], rows[label]
+    assert "UNFINISHED" in rows["comm=lp-rb"] and "BAD FILE" not in rows["comm=lp-rb"], rows["comm=lp-rb"]
+    assert rows["comm=be"].split()[3] == "4"  # the good lines around the bad one are read
+    bad = [line.strip() for line in out.splitlines() if line.startswith("  ") and ": " in line]
+    assert len([b for b in bad if b.startswith(str(sweep))]) == 3, out
+    assert any(b.startswith(f"{sweep / '1' / 'config.yaml'}: not valid YAML") for b in bad), out
+    assert any(b.startswith(f"{sweep / '2' / 'steps.jsonl'}: 1 line") for b in bad), out
+    assert any(b.startswith(f"{sweep / '3' / 'summary.json'}: not valid JSON") for b in bad), out

@@ -28,8 +28,9 @@ from lptrain.comm.devices import DEVICE_TYPES
 from lptrain.comm.distributed import CollectiveError
 from lptrain.comm.measure import OPS
 from lptrain.comm.sizes import parse_size_range
-from lptrain.exits import EXIT_PEER_FAILED, quiet_on_closed_pipe
+from lptrain.exits import EXIT_PEER_FAILED, EXIT_USAGE, quiet_on_closed_pipe
 from lptrain.train.launch import finish, launched_by_torchrun
+from lptrain.train.memory import TooLarge, allocation_failure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         several_processes = launched_by_torchrun() or launched_by_mpirun()  # then one tensor per process
         rows = run_distributed(args) if several_processes else run(args)
+    except TooLarge as err:  # a size this machine cannot hold: one line, no usage
+        sys.stderr.write(f"lptrain-bench: error: {err}\n")
+        sys.exit(EXIT_USAGE)
     except (ValueError, BackendUnavailableError) as err:
         parser.error(str(err))
     except CollectiveError as err:  # a peer died, stalled or desynced: the group is broken
@@ -118,6 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(EXIT_PEER_FAILED)  # leaving the group would wait on the peer that is gone
+    except RuntimeError as err:  # torch could not allocate a message: one line, as a bad size is
+        oom = allocation_failure(err)
+        if oom is None:
+            raise
+        sys.stderr.write(f"lptrain-bench: error: {oom}; lower -e (--maxbytes) or --devices\n")
+        sys.exit(EXIT_USAGE)
     if args.json and int(os.environ.get("RANK", "0")) == 0:
         write_json(args.json, rows)
     if args.save_tuning and int(os.environ.get("RANK", "0")) == 0:

@@ -28,6 +28,7 @@ from lptrain.comm.devices import SpecSyntax, device_list
 from lptrain.comm.measure import OPS, bus_factor, collective_call
 from lptrain.comm.sizes import message_sizes
 from lptrain.communicators import build_communicator
+from lptrain.train.memory import check_fits, size_text
 
 BENCH_SYNTAX = SpecSyntax(option="--devices", count_hint="--devices 4 --device-type cpu, or --devices cpu*4")
 
@@ -53,6 +54,18 @@ def count_wrong(comm: Communicator, op: str, count: int, dtype: torch.dtype, roo
             expected = x.to("cpu", torch.float64)
         wrong += int((t.to("cpu", torch.float64) != expected).sum())
     return wrong
+
+
+def check_host_memory(devices: Sequence[torch.device | str], maxbytes: int) -> None:
+    """Refuse (``TooLarge``) a largest message that this host's memory cannot hold before
+    allocating it: one copy per CPU device, and the memcpy row's two."""
+    on_host = sum(torch.device(d).type == "cpu" for d in devices)
+    if on_host:
+        check_fits(
+            (on_host + 2) * maxbytes,
+            f"-e {size_text(maxbytes)}: a message on each of {on_host} CPU devices and the memcpy row's two buffers",
+            "lower -e (--maxbytes)",
+        )
 
 
 def _sync(devices: Sequence[torch.device]) -> None:
@@ -110,6 +123,7 @@ def _measure(candidates: list[_Candidate], args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> list[Row]:
     devices = device_list(args.devices, args.device_type, BENCH_SYNTAX)
+    check_host_memory(devices, args.maxbytes)
     dtype = DTYPES[args.dtype]
     itemsize = torch.empty((), dtype=dtype).element_size()
     p = len(devices)

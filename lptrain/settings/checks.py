@@ -11,6 +11,7 @@ job of a sweep before Hydra creates a folder, and hands each job its ``RunConfig
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass
@@ -256,6 +257,26 @@ def check_data(d: DataConfig, global_batch: int) -> None:
         )
 
 
+def check_batch_memory(t: TrainerConfig, m: ModelConfig, d: DataConfig, local_batch: int) -> None:
+    """A batch larger than all of this machine's memory, refused before anything allocates it
+    (the input alone, as float32 images: what the network then needs comes on top)."""
+    from lptrain.models import SPECS
+    from lptrain.train.memory import check_fits
+
+    key = "trainer.global_batch" if t.global_batch is not None else "trainer.batch_per_device"
+    value = t.global_batch if t.global_batch is not None else t.batch_per_device
+    channels = d.channels if isinstance(d, SyntheticDataConfig) else SPECS[m.name].in_channels
+    shape = (channels, m.image_size, m.image_size)
+    try:
+        check_fits(
+            local_batch * math.prod(shape) * 4,
+            f"this process's batch of {local_batch} images of {'x'.join(map(str, shape))} (float32)",
+            f"lower {key}",
+        )
+    except ValueError as err:
+        raise ConfigError(f"{key}={value} is not valid; {err}") from None
+
+
 def check_resume(path: str | None) -> None:
     """A resume file that is not there, or not even a zip archive (what torch.save writes)."""
     if not path:
@@ -304,6 +325,7 @@ def check_config(cfg: DictConfig) -> RunConfig:
     check_comm(groups["comm"], replicas)
     check_model(groups["model"])
     check_data(groups["data"], per_device * replicas)
+    check_batch_memory(t, groups["model"], groups["data"], per_device * len(devices))
     check_resume(t.resume)
     return RunConfig(
         **groups, devices=devices, processes=processes, per_device_batch=per_device, sync=SYNC_STRATEGIES[t.sync]

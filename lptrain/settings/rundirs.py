@@ -16,7 +16,9 @@ named is the same for all, and every rank checks it).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import errno
 import os
 import tempfile
 from collections.abc import Sequence
@@ -35,17 +37,32 @@ def _given(args: Sequence[str], key: str) -> str | None:
     return None
 
 
-def claim_new(parent: Path, name: str) -> tuple[Path, list[Path]]:
-    """``parent/name`` made by this process (or ``name_1``, ``name_2``... when taken), and
-    every folder made on the way (the parents it created first)."""
+def make_folder(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; return those made, outermost first. An
+    ``OSError`` names the folder that could not be made (a read-only mount, a full disk),
+    and one that exists but cannot be written to is refused the same way: Hydra would
+    otherwise fail in its own mkdir or its first write, with a traceback."""
     made: list[Path] = []
-    missing = [p for p in [parent, *parent.parents] if not p.exists()]
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
     for p in reversed(missing):
         try:
             p.mkdir()
             made.append(p)
         except FileExistsError:
             pass
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(p)) from None
+    if not made and not os.access(folder, os.W_OK):
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        code = errno.EROFS if read_only else errno.EACCES
+        raise OSError(code, os.strerror(code), str(folder))
+    return made
+
+
+def claim_new(parent: Path, name: str) -> tuple[Path, list[Path]]:
+    """``parent/name`` made by this process (or ``name_1``, ``name_2``... when taken), and
+    every folder made on the way (the parents it created first)."""
+    made = make_folder(parent)
     for n in range(10_000):
         candidate = parent / (name if n == 0 else f"{name}_{n}")
         try:
@@ -113,13 +130,16 @@ def plan(args: Sequence[str], now: datetime.datetime | None = None) -> RunDirs:
         dirs.overrides.append(f"{key}={claimed}")
         return dirs
     folder = Path(given).expanduser().resolve()
+    found = folder.exists()
+    if "${" not in given:  # an interpolation (${now:...}) is Hydra's to resolve, and to make
+        dirs.made += make_folder(folder)  # here, where a failure is one line, not in Hydra's mkdir
     if multirun:  # the jobs' folders are children of the sweep's
         dirs.watched.add(folder)
         if folder.is_dir():
             dirs.found |= {p.resolve() for p in folder.iterdir()}
     else:
         dirs.watched.add(folder.parent)
-    if folder.exists():
+    if found:
         dirs.found.add(folder)
     return dirs
 
@@ -164,3 +184,20 @@ def hold(run_dir: Path, continuing: bool, text: str) -> None:
     if os.fstat(fd).st_size == 0:
         os.write(fd, text.encode())
     _held[run_dir.resolve()] = fd
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """``path`` with ``text``, whole or not at all: written to a temporary file beside it and
+    renamed over it, so a full disk leaves no empty or cut-short file (the temporary one is
+    removed). Raises ``OSError`` naming ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path)) from None

@@ -9,9 +9,12 @@ hyper-parameters go to TensorBoard at the start, so a run that never ends still 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,42 @@ TAGS = {
 STEP_KEYS = ("loss", "accuracy", "data_ms", "compute_ms", "comm_ms", "comm_exposed_ms", "comm_handoff_ms", "step_ms")
 
 
+@contextlib.contextmanager
+def writing(path: Path | str) -> Iterator[None]:
+    """An ``OSError`` inside (a full disk, a read-only mount) raised again naming ``path``:
+    a file object's write and flush report ENOSPC with no file name."""
+    try:
+        yield
+    except OSError as err:
+        raise OSError(err.errno, err.strerror or " ".join(str(err).split()), str(path)) from None
+
+
+def _quiet_tensorboard_threads() -> None:
+    """TensorBoard writes its events on a thread of its own; when a write fails there (a
+    full disk), the thread stores the error, which the writer's next call in the main
+    thread raises, and also lets it print a traceback of its own into stderr. That print
+    is left out here (the error is still raised, and reported in one line); every other
+    thread's uncaught error is printed as before."""
+    try:
+        from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+    except ImportError:  # pragma: no cover - another tensorboard: its threads print as they do
+        return
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if not (isinstance(args.thread, _AsyncWriterThread) and isinstance(args.exc_value, OSError)):
+            previous(args)
+
+    hook.quiets_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
 class RunLog:
+    """The run's JSON-lines files and TensorBoard's events. A write that fails raises an
+    ``OSError`` naming the file (``writing``)."""
+
     def __init__(self, run_dir: Path, tensorboard: bool, purge_step: int | None = None, enabled: bool = True) -> None:
         self.run_dir, self.enabled = run_dir, enabled
         self.writer = None
@@ -50,31 +88,42 @@ class RunLog:
         if purge_step is not None:
             # Resuming into the same folder: drop what the interrupted run logged after
             # its checkpoint, as TensorBoard's purge_step does for the event files.
-            keep_through(run_dir / "metrics.jsonl", purge_step)
-            keep_through(run_dir / "steps.jsonl", purge_step)
+            for name in ("metrics.jsonl", "steps.jsonl"):
+                with writing(run_dir / name):
+                    keep_through(run_dir / name, purge_step)
         self._jsonl = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115 - closed in close()
         self._steps = open(run_dir / "steps.jsonl", "a")  # noqa: SIM115 - closed in close()
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=purge_step)
+            _quiet_tensorboard_threads()
+            with writing(run_dir / "tb"):
+                self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=purge_step)
+
+    def _events(self) -> Path | str:
+        """TensorBoard's event file (its folder where the writer does not say)."""
+        events = getattr(self.writer.file_writer, "event_writer", None) if self.writer is not None else None
+        return getattr(events, "_file_name", None) or self.run_dir / "tb"
+
+    def _line(self, f, row: dict[str, Any]) -> None:
+        with writing(f.name):
+            f.write(json.dumps(row) + "\n")
+            f.flush()
 
     def step(self, step: int, values: dict[str, float], warmup: bool) -> None:
         """One step's raw measurements (``warmup``: the first of a session, left out of the means)."""
         if not self.enabled:
             return
-        row = {"step": step, **{k: values[k] for k in STEP_KEYS if k in values}, "warmup": warmup}
-        self._steps.write(json.dumps(row) + "\n")
-        self._steps.flush()
+        self._line(self._steps, {"step": step, **{k: values[k] for k in STEP_KEYS if k in values}, "warmup": warmup})
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         if not self.enabled:
             return
-        self._jsonl.write(json.dumps({"step": step, **values}) + "\n")
-        self._jsonl.flush()
+        self._line(self._jsonl, {"step": step, **values})
         if self.writer is not None:
-            for key, value in values.items():
-                self.writer.add_scalar(TAGS.get(key, key), value, step)
+            with writing(self._events()):
+                for key, value in values.items():
+                    self.writer.add_scalar(TAGS.get(key, key), value, step)
 
     def hparams(self, hparams: dict[str, Any]) -> None:
         """The run's options, written at the start; TensorBoard's HParams tab shows them
@@ -86,22 +135,35 @@ class RunLog:
         clean = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in hparams.items()}
         metrics = {TAGS[k]: 0.0 for k in ("eval_accuracy", "loss", "comm_ms", "compute_ms", "images_per_s")}
         experiment, start, _ = hparams_summary(clean, metrics)
-        file_writer = self.writer._get_file_writer()
-        file_writer.add_summary(experiment)
-        file_writer.add_summary(start)
+        with writing(self._events()):
+            file_writer = self.writer._get_file_writer()
+            file_writer.add_summary(experiment)
+            file_writer.add_summary(start)
 
     def text(self, tag: str, text: str) -> None:
         """A note for TensorBoard's Text tab (what comm=auto chose, for instance)."""
         if self.writer is not None:
-            self.writer.add_text(tag, text, 0)
+            with writing(self._events()):
+                self.writer.add_text(tag, text, 0)
 
     def close(self) -> None:
+        """Close every file. A failed write among them is raised (naming its file) unless the
+        run is already ending on an error (``close`` runs in the trainer's ``finally``): that
+        error is the one the user reads, and a full disk fails each file in turn."""
         if not self.enabled:
             return
-        self._jsonl.close()
-        self._steps.close()
+        first: OSError | None = None
+        closers = [(self._jsonl.name, self._jsonl.close), (self._steps.name, self._steps.close)]
         if self.writer is not None:
-            self.writer.close()
+            closers.append((self._events(), self.writer.close))
+        for path, close in closers:
+            try:
+                with writing(path):
+                    close()
+            except OSError as err:
+                first = first or err
+        if first is not None and sys.exc_info()[1] is None:
+            raise first
 
 
 def flatten(mapping: dict[str, Any], prefix: str = "") -> dict[str, Any]:

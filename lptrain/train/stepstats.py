@@ -67,17 +67,35 @@ def interval_mean(rows: Sequence[dict]) -> dict[str, float]:
     return out
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """A JSON-lines file (``steps.jsonl``, ``metrics.jsonl``) as rows; a line cut short by a crash is skipped."""
-    rows = []
+def jsonl_rows(path: Path) -> tuple[list[dict], int]:
+    """A JSON-lines file's rows, and how many lines could not be read (not UTF-8, not JSON,
+    not an object): those are skipped, and a last line cut short by a crash is skipped
+    without being counted."""
     if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
+        return [], 0
+    data = path.read_bytes()
+    lines = data.splitlines()
+    if lines and not data.endswith(b"\n"):
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+            json.loads(lines[-1].decode())
+        except ValueError:  # JSONDecodeError, UnicodeDecodeError
+            lines.pop()  # the write a crash interrupted
+    rows, bad = [], 0
+    for line in lines:
+        try:
+            row = json.loads(line.decode())  # UTF-8, as the run wrote it
+        except ValueError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        elif line.strip():
+            bad += 1
+    return rows, bad
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """A JSON-lines file (``steps.jsonl``, ``metrics.jsonl``) as rows; lines that cannot be read are skipped."""
+    return jsonl_rows(path)[0]
 
 
 def keep_through(path: Path, step: int) -> None:

@@ -49,6 +49,7 @@ from lptrain.train.checkpoint import (
     CheckpointWriteError,
     load_checkpoint,
     remove_stale_temporaries,
+    resolve,
     save_checkpoint,
 )
 from lptrain.train.commtime import comm_times
@@ -197,7 +198,7 @@ class Trainer:
         )
         self.start_step = 0
         if t.resume:
-            self._restore(load_checkpoint(t.resume))
+            self._restore(load_checkpoint(t.resume), resolve(t.resume))
         # A stop: the signal handler alone sets _stop_signal (this process's first SIGINT or
         # SIGTERM), and never clears it; _stop_requested is what every process agreed after
         # the last step, and _stop_by the signal they agreed on (the largest any received).
@@ -486,12 +487,18 @@ class Trainer:
             return f"nothing newer was saved: resume with trainer.resume={self.config.trainer.resume} again"
         return "no checkpoint of this run was saved"
 
-    def _restore(self, state: dict[str, Any]) -> None:
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
         reps = self.replicas
         params = state.get("params")
         if not isinstance(params, torch.Tensor) or params.numel() != reps.numel:
-            got = params.numel() if isinstance(params, torch.Tensor) else "none"
-            raise CheckpointError(f"checkpoint has {got} parameters, this model has {reps.numel}: a different model?")
+            got = params.numel() if isinstance(params, torch.Tensor) else "no"
+            saved = state.get("config", {}).get("model", {}) if isinstance(state.get("config"), dict) else {}
+            of = f" (model {saved['name']})" if isinstance(saved, dict) and "name" in saved else ""
+            raise CheckpointError(
+                f"checkpoint {path} holds {got} parameters{of}, this model ({self.config.model.name}) has "
+                f"{reps.numel}: it is a checkpoint of another model or data set; resume it with the options it was "
+                "saved with"
+            )
         with torch.no_grad():
             for w in reps.params:
                 w.copy_(params)
