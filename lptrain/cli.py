@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lptrain.exits import EXIT_PEER_FAILED, EXIT_USAGE, EXIT_WRITE_FAILED, end_if_reader_gone, quiet_on_closed_pipe
+from lptrain.exits import (
+    EXIT_DIVERGED,
+    EXIT_PEER_FAILED,
+    EXIT_USAGE,
+    EXIT_WRITE_FAILED,
+    end_if_reader_gone,
+    quiet_on_closed_pipe,
+)
 
 if TYPE_CHECKING:
     from lptrain.train.run_config import RunConfig
@@ -80,9 +87,12 @@ OUTCOME = Outcome()
 def classify(err: BaseException) -> tuple[int, str] | None:
     """(exit code, one line) for an error the failure policy covers, None for a bug."""
     from lptrain.train.checkpoint import CheckpointWriteError
+    from lptrain.train.numerics import NumericsError
 
     if isinstance(err, CheckpointWriteError):
         return EXIT_WRITE_FAILED, str(err)
+    if isinstance(err, NumericsError):
+        return EXIT_DIVERGED, str(err)
     if isinstance(err, _user_errors()):
         return EXIT_USAGE, str(err)
     if isinstance(err, OSError) and err.errno in WRITE_ERRNOS:

@@ -11,6 +11,7 @@ job of a sweep before Hydra creates a folder, and hands each job its ``RunConfig
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import fields, is_dataclass
@@ -83,6 +84,12 @@ def _range(key: str, value: Any, ok: Callable[[Any], bool], valid: str, nullable
         raise _bad(key, value, valid)
 
 
+def _finite(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``ok``, and finite: ``inf`` passes every comparison a positive value passes, and a learning
+    rate, a decay or a factor of inf trains on inf."""
+    return lambda v: math.isfinite(v) and ok(v)
+
+
 def _choice(key: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
         hint = _suggest(str(value), choices)
@@ -92,16 +99,20 @@ def _choice(key: str, value: Any, choices: Sequence[str]) -> None:
 def check_optim(o: OptimConfig) -> None:
     from lptrain.train.schedule import SCHEDULES
 
-    _range("optim.lr", o.lr, lambda v: v > 0, "use a positive learning rate such as 0.01")
+    _range("optim.lr", o.lr, _finite(lambda v: v > 0), "use a positive learning rate such as 0.01")
     _range("optim.momentum", o.momentum, lambda v: 0 <= v < 1, "use a value in [0, 1), such as 0.9")
-    _range("optim.weight_decay", o.weight_decay, lambda v: v >= 0, "use 0 or a positive value such as 0.0005")
+    _range("optim.weight_decay", o.weight_decay, _finite(lambda v: v >= 0), "use 0 or a positive value such as 0.0005")
     _choice("optim.schedule", o.schedule, SCHEDULES)
     _range("optim.warmup_steps", o.warmup_steps, lambda v: v >= 0, "use 0 (no warm-up) or a number of steps")
     _range("optim.step_size", o.step_size, lambda v: v >= 1, "use a positive number of steps")
-    _range("optim.gamma", o.gamma, lambda v: v > 0, "use a positive factor such as 0.1")
-    _range("optim.min_lr", o.min_lr, lambda v: v >= 0, "use 0 or a positive learning rate")
+    _range("optim.gamma", o.gamma, _finite(lambda v: v > 0), "use a positive factor such as 0.1")
+    _range("optim.min_lr", o.min_lr, _finite(lambda v: v >= 0), "use 0 or a positive learning rate")
     _range(
-        "optim.clip_grad_norm", o.clip_grad_norm, lambda v: v > 0, "use a positive norm, or null for no clipping", True
+        "optim.clip_grad_norm",
+        o.clip_grad_norm,
+        _finite(lambda v: v > 0),
+        "use a positive norm, or null for no clipping",
+        True,
     )
 
 
