@@ -34,6 +34,11 @@ from lptrain.schema import (
 )
 from lptrain.train.run_config import RunConfig
 
+# CPU replicas of one process run one after another, each on its own share of the batch,
+# and every replica is a copy of the model, its gradient and its optimizer state: past this
+# many per usable core, a step is mostly waiting (1000 replicas on 2 cores did not finish
+# two steps in 120 s). More replicas than that: use more processes (torchrun) or machines.
+CPU_REPLICAS_PER_CORE = 32
 # Training-set sizes known without reading the data (in-memory sets and CIFAR-10).
 KNOWN_TRAIN_SIZES = {"mnist": 4500, "cifar10": 50000}
 
@@ -158,6 +163,22 @@ def check_trainer(t: TrainerConfig, replicas: int) -> None:
     _range("trainer.checkpoint_every", t.checkpoint_every, lambda v: v >= 0, "use a number of steps, or 0 for none")
     _range("trainer.comm_timeout_s", t.comm_timeout_s, lambda v: v > 0, "use a positive number of seconds")
     check_profile(t)
+
+
+def check_cpu_replicas(given: Any, devices: Sequence[Any]) -> None:
+    """At most ``CPU_REPLICAS_PER_CORE`` CPU replicas per core this process may use."""
+    from lptrain.data.loader import available_cpus
+
+    cores = available_cpus()
+    most = CPU_REPLICAS_PER_CORE * cores
+    on_cpu = sum(1 for d in devices if d.type == "cpu")
+    if on_cpu > most:
+        raise _bad(
+            "trainer.devices",
+            given,
+            f"{on_cpu} CPU replicas run one after another on {cores} cores here; use at most {most} "
+            f"({CPU_REPLICAS_PER_CORE} per core), or more processes with torchrun",
+        )
 
 
 def check_profile(t: TrainerConfig) -> None:
@@ -308,6 +329,7 @@ def check_config(cfg: DictConfig) -> RunConfig:
     t: TrainerConfig = groups["trainer"]
     check_modes(t)  # before the devices, as a reader goes down the group
     devices = tuple(parse_devices(resolve_devices(t.devices, t.device_type)))  # the one place they are resolved
+    check_cpu_replicas(t.devices, devices)
     replicas = len(devices) * processes
     check_trainer(t, replicas)
     per_device = t.global_batch // replicas if t.global_batch is not None else t.batch_per_device
