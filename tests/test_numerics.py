@@ -75,10 +75,10 @@ def test_fp16_skipped_steps_are_not_divergence(tmp_path):
         compose_config([*QUIET, "trainer.devices=cpu*2", "trainer.batch_per_device=8", "trainer.precision=fp16"]),
         tmp_path,
     )
-    trainer.stop_at = 3
+    trainer.stop_at = 2
     trainer.scaler.scale = 2.0**127  # every scaled gradient overflows: each step is skipped
     trainer.fit()
-    assert trainer.scaler.skipped == 3
+    assert trainer.scaler.skipped == 2
 
 
 def test_the_gradient_verdict():

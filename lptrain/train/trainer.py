@@ -460,8 +460,11 @@ class Trainer:
         reps = self.replicas
         bad = nonfinite_entry({"parameters": reps.params[0], "buffers": reps.buffers[0]})  # the same on every process
         if bad is not None:
-            raise NumericsError(f"the {bad} after step {next_step} are not finite: not saved; {self._last_good()}")
-        if not self.is_main:
+            raise NumericsError(
+                f"the {bad.split('.')[0]} after step {next_step} are not finite: not saved; {self._last_good()}"
+            )
+        if not self.is_main:  # rank 0 writes it; every rank knows which step it holds
+            self._saved_step = next_step
             return self.checkpoint_path
         state = {
             "step": next_step,
