@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from lptrain.exits import (
     EXIT_BUG,
+    EXIT_DIVERGED,
     EXIT_PEER_FAILED,
     EXIT_USAGE,
     EXIT_WRITE_FAILED,
@@ -88,9 +89,12 @@ def classify(err: BaseException) -> tuple[int, str] | None:
     """(exit code, one line) for an error the failure policy covers, None for a bug."""
     from lptrain.train.checkpoint import CheckpointWriteError
     from lptrain.train.memory import allocation_failure
+    from lptrain.train.numerics import NumericsError
 
     if isinstance(err, CheckpointWriteError):
         return EXIT_WRITE_FAILED, str(err)
+    if isinstance(err, NumericsError):
+        return EXIT_DIVERGED, str(err)
     oom = allocation_failure(err)
     if oom is not None:  # the batch (or the model) does not fit where it runs
         return EXIT_USAGE, f"{oom}; lower trainer.batch_per_device (or the model's or the images' size)"

@@ -16,6 +16,8 @@ code   meaning
 4      the run's files could not be written (disk full, read-only file system); the line
        names the file
 5      lptrain-cluster: this host cannot carry the emulated cluster asked for (below fidelity)
+6      the training diverged: a step's loss or averaged gradient is not finite (the last finite
+       checkpoint is kept; none of non-finite weights is written)
 130    stopped by Ctrl-C (SIGINT); 143 by SIGTERM: after the checkpoint was written (a second
        Ctrl-C stops at once, unsaved: 130). lptrain-cluster passes the first on to every
        worker and exits so once they have saved, or its --stop-grace has run out
@@ -42,6 +44,9 @@ EXIT_USAGE = 2  # a bad configuration or input
 EXIT_PEER_FAILED = 3  # a collective across processes failed (a peer died, stalled or desynced)
 EXIT_WRITE_FAILED = 4  # the run's files could not be written
 EXIT_LOW_FIDELITY = 5  # lptrain-cluster: the host cannot carry the links asked for (its fidelity check)
+# The configuration was valid and the machine worked, but the numbers did not: a sweep over
+# learning rates tells a diverged job from a bad key (2) or a bug (1) by this code.
+EXIT_DIVERGED = 6
 EXIT_TIMEOUT = 124  # lptrain-cluster: the command ran past --timeout (as timeout(1) says it)
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lptrain.comm.algorithms import SCHEDULES, variant_of
+from lptrain.comm.algorithms import SCHEDULES, check_options, variant_of
 from lptrain.comm.algorithms.order import format_order, is_identity
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.sizes import format_size
@@ -114,11 +114,10 @@ class TuningTable:
                 raise CollectiveInputError(f"{where}: row {i} needs op, bytes, algo and time_us, got {row!r}") from None
             if algo not in CANDIDATES:
                 raise CollectiveInputError(f"{where}: row {i} names algorithm {algo!r}; valid: {', '.join(CANDIDATES)}")
-            if nbytes < 1 or not time_us > 0:
-                raise CollectiveInputError(f"{where}: row {i} needs bytes >= 1 and time_us > 0, got {row!r}")
-            rows.append(
-                {"op": op, "bytes": nbytes, "algo": algo, "options": dict(row.get("options") or {}), "time_us": time_us}
-            )
+            if nbytes < 1 or not 0 < time_us < math.inf:
+                raise CollectiveInputError(f"{where}: row {i} needs bytes >= 1 and a finite time_us > 0, got {row!r}")
+            options = _checked_options(where, i, algo, row.get("options"), world)
+            rows.append({"op": op, "bytes": nbytes, "algo": algo, "options": options, "time_us": time_us})
         meta = {k: v for k, v in data.items() if k not in ("rows",)}
         return cls(data["executor"], data["device_type"], world, data["dtype"], rows, meta, path)
 
@@ -176,6 +175,23 @@ class TuningTable:
         others = ", ".join(f"{_label(k)} {t:.0f}" for k, t in ranked[1:4])
         detail = f"{format_size(nbytes)} {op}: {_label(ranked[0][0])} {best:.0f} us" + (f"; {others}" if others else "")
         return Choice(algo, dict(options), "measured" if exact else "interpolated", detail)
+
+
+def _checked_options(where: str, i: int, algo: str, options: Any, world_size: int) -> dict[str, Any]:
+    """Row ``i``'s options as given, refused here (naming the file and the row) when the
+    algorithm would refuse them: a bad block found only when comm=auto chose that row
+    would end a run that had already started."""
+    if options is not None and not isinstance(options, dict):
+        raise CollectiveInputError(f"{where}: row {i} options must be a mapping, got {options!r}")
+    options = dict(options or {})
+    if algo in SCHEDULES:
+        try:
+            check_options(algo, world_size, options)
+        except (CollectiveInputError, ValueError) as err:
+            raise CollectiveInputError(f"{where}: row {i} ({algo} {options}): {err}") from None
+    elif options:
+        raise CollectiveInputError(f"{where}: row {i} gives {algo} options {options}; it takes none")
+    return options
 
 
 def _label(key: tuple) -> str:

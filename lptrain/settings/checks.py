@@ -34,6 +34,11 @@ from lptrain.schema import (
 )
 from lptrain.train.run_config import RunConfig
 
+# CPU replicas of one process run one after another, each on its own share of the batch,
+# and every replica is a copy of the model, its gradient and its optimizer state: past this
+# many per usable core, a step is mostly waiting (1000 replicas on 2 cores did not finish
+# two steps in 120 s). More replicas than that: use more processes (torchrun) or machines.
+CPU_REPLICAS_PER_CORE = 32
 # Training-set sizes known without reading the data (in-memory sets and CIFAR-10).
 KNOWN_TRAIN_SIZES = {"mnist": 4500, "cifar10": 50000}
 
@@ -84,6 +89,12 @@ def _range(key: str, value: Any, ok: Callable[[Any], bool], valid: str, nullable
         raise _bad(key, value, valid)
 
 
+def _finite(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``ok``, and finite: ``inf`` passes every comparison a positive value passes, and a learning
+    rate, a decay or a factor of inf trains on inf."""
+    return lambda v: math.isfinite(v) and ok(v)
+
+
 def _choice(key: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
         hint = _suggest(str(value), choices)
@@ -93,16 +104,20 @@ def _choice(key: str, value: Any, choices: Sequence[str]) -> None:
 def check_optim(o: OptimConfig) -> None:
     from lptrain.train.schedule import SCHEDULES
 
-    _range("optim.lr", o.lr, lambda v: v > 0, "use a positive learning rate such as 0.01")
+    _range("optim.lr", o.lr, _finite(lambda v: v > 0), "use a positive learning rate such as 0.01")
     _range("optim.momentum", o.momentum, lambda v: 0 <= v < 1, "use a value in [0, 1), such as 0.9")
-    _range("optim.weight_decay", o.weight_decay, lambda v: v >= 0, "use 0 or a positive value such as 0.0005")
+    _range("optim.weight_decay", o.weight_decay, _finite(lambda v: v >= 0), "use 0 or a positive value such as 0.0005")
     _choice("optim.schedule", o.schedule, SCHEDULES)
     _range("optim.warmup_steps", o.warmup_steps, lambda v: v >= 0, "use 0 (no warm-up) or a number of steps")
     _range("optim.step_size", o.step_size, lambda v: v >= 1, "use a positive number of steps")
-    _range("optim.gamma", o.gamma, lambda v: v > 0, "use a positive factor such as 0.1")
-    _range("optim.min_lr", o.min_lr, lambda v: v >= 0, "use 0 or a positive learning rate")
+    _range("optim.gamma", o.gamma, _finite(lambda v: v > 0), "use a positive factor such as 0.1")
+    _range("optim.min_lr", o.min_lr, _finite(lambda v: v >= 0), "use 0 or a positive learning rate")
     _range(
-        "optim.clip_grad_norm", o.clip_grad_norm, lambda v: v > 0, "use a positive norm, or null for no clipping", True
+        "optim.clip_grad_norm",
+        o.clip_grad_norm,
+        _finite(lambda v: v > 0),
+        "use a positive norm, or null for no clipping",
+        True,
     )
 
 
@@ -148,6 +163,22 @@ def check_trainer(t: TrainerConfig, replicas: int) -> None:
     _range("trainer.checkpoint_every", t.checkpoint_every, lambda v: v >= 0, "use a number of steps, or 0 for none")
     _range("trainer.comm_timeout_s", t.comm_timeout_s, lambda v: v > 0, "use a positive number of seconds")
     check_profile(t)
+
+
+def check_cpu_replicas(given: Any, devices: Sequence[Any]) -> None:
+    """At most ``CPU_REPLICAS_PER_CORE`` CPU replicas per core this process may use."""
+    from lptrain.data.loader import available_cpus
+
+    cores = available_cpus()
+    most = CPU_REPLICAS_PER_CORE * cores
+    on_cpu = sum(1 for d in devices if d.type == "cpu")
+    if on_cpu > most:
+        raise _bad(
+            "trainer.devices",
+            given,
+            f"{on_cpu} CPU replicas run one after another on {cores} cores here; use at most {most} "
+            f"({CPU_REPLICAS_PER_CORE} per core), or more processes with torchrun",
+        )
 
 
 def check_profile(t: TrainerConfig) -> None:
@@ -318,6 +349,7 @@ def check_config(cfg: DictConfig) -> RunConfig:
     t: TrainerConfig = groups["trainer"]
     check_modes(t)  # before the devices, as a reader goes down the group
     devices = tuple(parse_devices(resolve_devices(t.devices, t.device_type)))  # the one place they are resolved
+    check_cpu_replicas(t.devices, devices)
     replicas = len(devices) * processes
     check_trainer(t, replicas)
     per_device = t.global_batch // replicas if t.global_batch is not None else t.batch_per_device

@@ -15,11 +15,18 @@ from collections.abc import Sequence
 from lptrain.comm.algorithms.order import check_order, format_order, is_identity
 from lptrain.comm.measure import OPS, bus_factor
 from lptrain.comm.sizes import format_size, message_sizes, parse_size, parse_size_range
-from lptrain.exits import quiet_on_closed_pipe
+from lptrain.exits import EXIT_USAGE, quiet_on_closed_pipe
 from lptrain.sim.calibrate import compare, fit, measure
 from lptrain.sim.predict import ALGOS, predict, rack_orders
 from lptrain.sim.rates import parse_rate, uplink_rate
 from lptrain.sim.topology import PLACEMENTS, TOPOLOGIES, Topology, build_topology
+
+# The most ranks ``predict`` prices. It builds each schedule and prices every transfer of it,
+# and ring's and BE's allreduce have about 2 P^2 transfers: the time and memory grow with P^2.
+# At 1024 ranks a ring allreduce of one size is priced in about half a minute and 200 MB on
+# a loaded 2-core machine; at 2048, in nearly two minutes and 1.1 GB; a million would take
+# days. 1024 is also the largest machine the documents predict (nodes, 1024 GPUs).
+MAX_DEVICES = 1024
 
 
 def _algos(text: str) -> list[str]:
@@ -76,7 +83,20 @@ def _gbps(value: float) -> str:
     return f"{value:8.2f}" if value >= 0.1 or value == 0 else f"{value:8.3g}"
 
 
+def check_devices(devices: int) -> None:
+    """``predict``'s P: two or more (one device sends nothing, and its bandwidth would read inf
+    and nan), at most ``MAX_DEVICES`` (what it can price in minutes)."""
+    if devices == 1:
+        raise ValueError("--devices 1: one device sends nothing (every collective takes 0 s); give 2 or more")
+    if devices > MAX_DEVICES:
+        raise ValueError(
+            f"--devices {devices} is more than lptrain-sim prices (at most {MAX_DEVICES}: every transfer of a "
+            "schedule is priced, and ring and BE have about 2 P^2 of them)"
+        )
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
+    check_devices(args.devices)
     topo = _topology(args)
     order = _order(args.order, topo)
     block = None if args.lp_block == "auto" else parse_size(args.lp_block, "--lp-block")
@@ -134,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="predicted times on a modelled machine")
     p.add_argument("--topology", default="pcie", choices=list(TOPOLOGIES))
-    p.add_argument("--devices", type=int, default=8, help="P, up to thousands")
+    p.add_argument("--devices", type=int, default=8, help=f"P, from 2 to {MAX_DEVICES}")
     p.add_argument("--per-switch", type=int, default=4, help="GPUs per PCIe switch (pcie, nodes)")
     p.add_argument("--op", default="allreduce", choices=list(OPS))
     p.add_argument("--algo", default=",".join(ALGOS), help=f"comma-separated, of {', '.join(ALGOS)}")
@@ -168,8 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--devices must be at least 1, got {args.devices}")
         args.minbytes, args.maxbytes = parse_size_range(args.minbytes, args.maxbytes, args.stepfactor)
         return cmd_predict(args) if args.command == "predict" else cmd_calibrate(args)
-    except ValueError as err:
-        parser.error(str(err))
+    except ValueError as err:  # one line, as every lptrain command says a bad input
+        sys.stderr.write(f"{parser.prog} {args.command}: error: {err}\n")
+        sys.exit(EXIT_USAGE)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from lptrain.train.checkpoint import (
 from lptrain.train.commtime import comm_times
 from lptrain.train.launch import any_across, init_from_environment, max_across, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
+from lptrain.train.numerics import NumericsError, gradient_probe, gradient_verdict, nonfinite_entry, step_failure
 from lptrain.train.overlap import OverlappedReduction, default_bucket_mb, gradient_buckets
 from lptrain.train.precision import PRECISIONS, LossScaler, autocast, check_precision
 from lptrain.train.profiling import StepProfiler, parse_step_range
@@ -207,6 +208,7 @@ class Trainer:
         self._stop_requested, self._stop_by = False, 0
         self._abort_requested = False  # a second Ctrl-C or SIGTERM: stop at once, without saving
         self._saved_step: int | None = None  # the step of the last checkpoint this session wrote
+        self._grad_probe: torch.Tensor | None = None  # the numerics guard's test of this step's gradient
 
     # -- set-up helpers -------------------------------------------------------------------
     @property
@@ -332,6 +334,8 @@ class Trainer:
         """Step the optimizers of the replicas holding the average (unless fp16 overflowed);
         the gradient's norm when it is clipped."""
         overflow = self._unscale_gradients()
+        # the numerics guard's test of the averaged gradient, read with the loss (fp16: the scaler's own)
+        self._grad_probe = None if self.scaler.enabled else gradient_probe(self.replicas.grads[0])
         grad_norm = None
         if not overflow:
             grad_norm = self._clip_gradients()
@@ -343,11 +347,18 @@ class Trainer:
     def _step_values(self, step, results, timeline: StepTimeline, data_ms, began, grad_norm) -> dict[str, float]:
         """What a step logs: the loss and accuracy over every process, and the phases' times."""
         p = self.replicas.world_size
-        loss = sum(float(r[0]) for r in results) / p
+        losses = [float(r[0]) for r in results]
+        loss = sum(losses) / p
         correct = sum(int(r[1]) for r in results)
-        if self.nprocs > 1:
-            loss, correct = sum_across([loss, correct], self.devices[0], f"the loss sum of step {step + 1}")
+        bad_grads = gradient_verdict(self._grad_probe, self.sync.overflow_counts(self.rank))
+        if self.nprocs > 1:  # the gradient's verdict rides in the loss's sum: every process stops together
+            loss, correct, bad_grads = sum_across(
+                [loss, correct, bad_grads], self.devices[0], f"the loss sum of step {step + 1}"
+            )
             loss /= self.nprocs
+        diverged = step_failure(step + 1, losses, self.rank * p, loss, bad_grads)
+        if diverged:
+            raise NumericsError(f"{diverged}: the run stopped (lower optim.lr?); {self._last_good()}")
         comm = comm_times(timeline, overlapped=self.overlap is not None)  # one clock, one definition each
         wall_ms = (time.perf_counter() - began) * 1e3  # the whole iteration, data wait included
         values = {
@@ -452,9 +463,15 @@ class Trainer:
         return self.run_dir / "checkpoints" / "last.pt"
 
     def save(self, next_step: int) -> Path:
-        if not self.is_main:
-            return self.checkpoint_path
         reps = self.replicas
+        bad = nonfinite_entry({"parameters": reps.params[0], "buffers": reps.buffers[0]})  # the same on every process
+        if bad is not None:
+            raise NumericsError(
+                f"the {bad.split('.')[0]} after step {next_step} are not finite: not saved; {self._last_good()}"
+            )
+        if not self.is_main:  # rank 0 writes it; every rank knows which step it holds
+            self._saved_step = next_step
+            return self.checkpoint_path
         state = {
             "step": next_step,
             "params": reps.params[0].cpu(),
