@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,25 @@ def test_the_command_line_stops_a_diverging_run_in_one_line(tmp_path):
     assert not (run_dir / "summary.json").exists()
     state = load_checkpoint(Path(run_dir) / "checkpoints" / "last.pt")
     assert _all_finite(state["params"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sync", ["allreduce", "reduce"])
+def test_a_diverging_run_under_torchrun_stops_every_process_at_the_same_step(tmp_path, sync):
+    """The gradient's verdict travels in the loss's sum across processes, so every rank
+    reaches the same verdict at the same step (no rank trains on, or waits in a collective
+    the others left), the root cause torchrun reports is the guard's code, and the last
+    checkpoint is finite."""
+    run_dir = tmp_path / "run"
+    overrides = [*DIVERGING, "trainer.devices=cpu*1", f"trainer.sync={sync}", "trainer.checkpoint_every=1"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    cmd += ["-m", "lptrain", *overrides, f"hydra.run.dir={run_dir}"]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    codes = re.findall(r"exitcode\s*:\s*(-?\d+)", done.stderr)
+    assert done.returncode != 0 and codes and codes[0] == str(EXIT_DIVERGED), done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("lptrain: error: the ")]
+    assert errors and all("not finite" in line for line in errors), done.stderr[-3000:]
+    steps = {re.search(r"of step (\d+)", line).group(1) for line in errors}
+    assert len(steps) == 1, errors  # every rank that said so stopped at the same step
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert _all_finite(state["params"]) and state["step"] < int(steps.pop())
