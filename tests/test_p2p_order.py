@@ -131,7 +131,7 @@ def _probe_posts(monkeypatch, world: int) -> dict[int, list]:
             self.send, self.peer = op is fake_isend, peer
 
     class Done:
-        def wait(self):
+        def wait(self, *timeout):
             return None
 
     def batch_isend_irecv(ops):
@@ -146,7 +146,7 @@ def _probe_posts(monkeypatch, world: int) -> dict[int, list]:
     for rank in range(world):
         current["rank"] = rank
         buf = torch.zeros(8, dtype=torch.uint8)
-        transport._exchange(buf, torch.empty_like(buf), rank, world, None)
+        transport._exchange(buf, torch.empty_like(buf), rank, world, None, None)
     return posted
 
 
