@@ -3,13 +3,16 @@
 lptrain                                   # the default: small CNN, embedded MNIST, lp on 4 CPU replicas
 lptrain +recipe=alexnet comm=mst trainer.devices=8
 lptrain -m +recipe=alexnet comm=lp,mst,be  # a sweep; then lptrain-report multirun/...
+lptrain -m hydra/launcher=joblib hydra.launcher.n_jobs=2 comm=lp,ring  # two jobs at a time
 
 Before Hydra runs anything, every job of the command line is composed and checked
 (``lptrain.settings.preflight``): a bad value is one line on stderr and exit code 2, with
 no folder made. A run then writes only into a folder that holds no other run (or the one
 ``trainer.resume`` continues), claimed atomically (``lptrain.settings.rundirs``). Every
 failure ends in one line and the exit code of ``lptrain.exits``; a sweep runs every job,
-reports each failed one in a line, and exits with the first failure's code at the end.
+reports each failed one in a line, and exits with the first failure's code at the end; a
+launcher's workers (joblib) report through each job's ``failed.json``, which this process
+reads once they are done, and share the devices as ``lptrain.settings.launchers`` decides.
 """
 
 from __future__ import annotations
@@ -33,12 +36,12 @@ from lptrain.exits import (
     end_if_reader_gone,
     quiet_on_closed_pipe,
 )
+from lptrain.settings.outcomes import FAILED_FILE  # a failed run's one line and exit code
 
 if TYPE_CHECKING:
     from lptrain.train.run_config import RunConfig
 
 RUN_FILES = ("metrics.jsonl", "steps.jsonl", "summary.json", "config.yaml", "checkpoints", "tb")
-FAILED_FILE = "failed.json"  # a failed run's one line and exit code, for lptrain-report
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM)
 
 
@@ -80,9 +83,49 @@ class Outcome:
     failed: list[tuple[str, int]] = field(default_factory=list)  # (job's label, exit code)
     dirs: object = None  # lptrain.settings.rundirs.RunDirs
     checked: dict[tuple[str, ...], object] = field(default_factory=dict)  # job's overrides -> its RunConfig
+    reported: set[int] = field(default_factory=set)  # the numbers of the failed jobs said so far
 
 
 OUTCOME = Outcome()
+
+
+@dataclass
+class SweepTask:
+    """What Hydra calls for each job: ``_task`` with what the launching process decided.
+
+    A launcher that runs jobs in other processes (joblib's loky workers) pickles the task
+    and its fields, while ``OUTCOME`` stays behind in the launching process: so the run
+    folders lptrain made (which job folders it may write ``failed.json`` into, or remove)
+    and the sharing of the devices travel with the task, and a job in another process
+    reports its outcome through its folder's ``failed.json``, which the launching process
+    reads at the end (``lptrain.settings.outcomes``)."""
+
+    dirs: object = None  # lptrain.settings.rundirs.RunDirs
+    launch: object = None  # lptrain.settings.launchers.Launch
+    home: int = field(default_factory=os.getpid)  # the launching process
+
+    def __call__(self, cfg) -> float | None:  # Hydra names the job after the task's module: cli
+        if self.elsewhere:
+            self._enter_worker()
+        return _task(cfg, self)
+
+    @property
+    def elsewhere(self) -> bool:
+        """Whether this job runs in a process other than the launching one."""
+        return os.getpid() != self.home
+
+    def _enter_worker(self) -> None:
+        """A worker's first step: the group of GPUs it may use, before CUDA starts."""
+        launch = self.launch
+        if launch is not None and launch.gpu_groups and launch.lock_dir is not None:
+            from lptrain.settings.launchers import claim_gpus
+
+            fd = claim_gpus(launch.gpu_groups, launch.lock_dir)
+            if fd is not None:
+                _WORKER_LOCKS.append(fd)
+
+
+_WORKER_LOCKS: list[int] = []  # a worker's hold on its group of GPUs, for the process's life
 
 
 def classify(err: BaseException) -> tuple[int, str] | None:
@@ -228,12 +271,13 @@ def _checked(cfg, overrides: list[str]) -> RunConfig:
     return config if config is not None else check_config(cfg)
 
 
-def _task(cfg) -> float | None:
+def _task(cfg, task: SweepTask | None = None) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     from lptrain.comm.distributed import CollectiveError
 
+    task = task or SweepTask(dirs=OUTCOME.dirs)
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     overrides = list(hydra_cfg.overrides.task)
@@ -250,39 +294,49 @@ def _task(cfg) -> float | None:
     except Exception as err:
         said = classify(err)
         if said is None:  # a bug: Hydra prints the traceback; the report reads its last line
-            _record_failure(run_dir, " ".join(f"{type(err).__name__}: {err}".split()), EXIT_BUG, keep=sweep)
+            bug = " ".join(f"{type(err).__name__}: {err}".split())
+            _record_failure(run_dir, bug, EXIT_BUG, keep=sweep, dirs=task.dirs)
             raise
         code, message = said
         if not sweep:
             _say(message)
             _record_failure(run_dir, message, code, keep=False)
             sys.exit(code)
-        label = f"job {hydra_cfg.job.num} ({' '.join(overrides) or 'no overrides'})"
-        _say(f"{label}: {message}")
-        _record_failure(run_dir, message, code, keep=True)
+        num = int(hydra_cfg.job.num)
+        label = f"job {num} ({' '.join(overrides) or 'no overrides'})"
+        _record_failure(run_dir, message, code, keep=True, dirs=task.dirs, job=(num, label))
         if config is not None and (run_dir / FAILED_FILE).exists():  # what the report labels the job by
             with contextlib.suppress(OSError):
                 write_run_config(config, run_dir, overrides)
-        OUTCOME.failed.append((label, code))
+        if not task.elsewhere:  # a job in a worker: the launching process reads its failed.json
+            _say(f"{label}: {message}")
+            OUTCOME.failed.append((label, code))
+            OUTCOME.reported.add(num)
         return None
     finally:
         from lptrain.settings.rundirs import release
 
         release(run_dir)
-        if OUTCOME.dirs is not None:
-            OUTCOME.dirs.remove_if_empty(run_dir)  # a run that never started: leave nothing it made
+        if task.dirs is not None:
+            task.dirs.remove_if_empty(run_dir)  # a run that never started: leave nothing it made
 
 
-def _record_failure(run_dir: Path, message: str, code: int, keep: bool) -> None:
+def _record_failure(
+    run_dir: Path, message: str, code: int, keep: bool, dirs=None, job: tuple[int, str] | None = None
+) -> None:
     """``failed.json`` in the folder this run claimed (or, in a sweep, any job's folder
-    lptrain made; never in another run's), so that lptrain-report marks the run; written
-    whole or not at all, and never raises."""
+    lptrain made, as ``dirs`` records them; never in another run's), so that lptrain-report
+    marks the run and the launching process of a parallel sweep learns of it (``job``: its
+    number and label); written whole or not at all, and never raises."""
     from lptrain.settings.rundirs import holds, write_atomically
 
+    said: dict[str, object] = {"error": message, "exit_code": code}
+    if job is not None:
+        said["job_num"], said["job"] = job
     try:
-        mine = OUTCOME.dirs is not None and OUTCOME.dirs.ours(run_dir)
+        mine = dirs is not None and dirs.ours(run_dir)
         if run_dir.is_dir() and (holds(run_dir) or (keep and mine)):
-            write_atomically(run_dir / FAILED_FILE, json.dumps({"error": message, "exit_code": code}) + "\n")
+            write_atomically(run_dir / FAILED_FILE, json.dumps(said) + "\n")
     except OSError:  # a full disk: no failed.json, rather than an empty one
         pass
 
@@ -323,8 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     from lptrain.settings.rundirs import plan
 
     register_all()
-    OUTCOME.jobs, OUTCOME.failed = max(jobs, 1), []
+    OUTCOME.jobs, OUTCOME.failed, OUTCOME.reported = max(jobs, 1), [], set()
     OUTCOME.checked = {task_overrides(job.overrides): job.config for job in checked}
+    launch = None
     if jobs:  # a job will run (not --cfg, --info ...): its folder, claimed now
         try:
             OUTCOME.dirs = plan(args)
@@ -334,8 +389,10 @@ def main(argv: list[str] | None = None) -> None:
                 raise
             _say(said[1])
             sys.exit(said[0])
+        launch, args = _shared_devices(args, checked)
         args = [*args, *OUTCOME.dirs.overrides]
-    app = hydra.main(version_base=None, config_path=str(configs_dir()), config_name="config")(_task)
+    task = SweepTask(dirs=OUTCOME.dirs, launch=launch)
+    app = hydra.main(version_base=None, config_path=str(configs_dir()), config_name="config")(task)
     sys.argv = [sys.argv[0], *args]
     try:
         app() if jobs else _printed_by_hydra(app)
@@ -343,10 +400,47 @@ def main(argv: list[str] | None = None) -> None:
         _ignore_interrupts()
         print("\nlptrain: interrupted", file=sys.stderr, flush=True)
         sys.exit(130)
+    finally:
+        if launch is not None and launch.lock_dir is not None:
+            import shutil
+
+            shutil.rmtree(launch.lock_dir, ignore_errors=True)  # the workers' GPU locks: lptrain's own
+    if jobs and any(a in ("-m", "--multirun") for a in args):
+        _failed_elsewhere(args)
     if OUTCOME.failed:
         names = ", ".join(label.split(" (")[0] for label, _ in OUTCOME.failed)
         _say(f"{len(OUTCOME.failed)} of {OUTCOME.jobs} jobs failed ({names}); the others ran")
         sys.exit(OUTCOME.failed[0][1])
+
+
+def _shared_devices(args: list[str], checked) -> tuple[object, list[str]]:
+    """How a parallel launcher's jobs share the devices (``lptrain.settings.launchers``): the
+    command line as Hydra gets it, and a line when lptrain decided something."""
+    import tempfile
+
+    from lptrain.settings.launchers import sweep_launch
+
+    launch, args = sweep_launch(args, [job.config.devices for job in checked])
+    if launch.note:
+        print(launch.note, flush=True)
+    if launch.gpu_groups:
+        launch.lock_dir = Path(tempfile.mkdtemp(prefix="lptrain-gpus-"))
+    return launch, args
+
+
+def _failed_elsewhere(args: list[str]) -> None:
+    """Each job that failed in another process (a launcher's worker), from its folder's
+    failed.json: its line, in job order, and its place in the count."""
+    from lptrain.settings.launchers import given
+    from lptrain.settings.outcomes import failed_jobs
+
+    sweep_dir = given(args, "hydra.sweep.dir")
+    if sweep_dir is None or "${" in sweep_dir or OUTCOME.dirs is None:
+        return  # named by an interpolation that Hydra resolved: jobs elsewhere report in their folders
+    for job in failed_jobs(Path(sweep_dir), OUTCOME.dirs.ours, OUTCOME.reported):
+        _say(f"{job.label}: {job.message}")
+        OUTCOME.failed.append((job.label, job.code))
+        OUTCOME.reported.add(job.num)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,12 @@ _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or
 # A tuple: the values the flag may take (none: a bare flag); None: it always takes one.
 _PARTS = ("job", "hydra", "all")
 SHOW_FLAGS = {"--cfg": _PARTS, "-c": _PARTS, "--resolve": (), "--package": None, "-p": None}
+# Hydra's launchers that are packages of their own: what a user installs to get one.
+LAUNCHER_PACKAGES = {
+    "joblib": "the sweeps extra: pip install 'lptrain[sweeps]'",
+    "submitit_slurm": "pip install hydra-submitit-launcher",
+    "submitit_local": "pip install hydra-submitit-launcher",
+}
 
 
 def shows_config(args: Sequence[str]) -> bool:
@@ -152,5 +158,7 @@ def one_line(err: BaseException) -> str:
     if missing and options is not None:  # comm=foo: an option the group does not have
         group, _, name = str(missing).rpartition("/")
         choices = [o for o in options if not o.startswith("schema")]
-        return f"{group}={name} is not valid; valid choices: {', '.join(choices)}"
+        hint = LAUNCHER_PACKAGES.get(name) if group == "hydra/launcher" else None
+        needs = f" ({name} needs {hint})" if hint else ""
+        return f"{group}={name} is not valid; valid choices: {', '.join(choices)}{needs}"
     return " ".join(str(root).split())

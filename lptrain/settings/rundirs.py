@@ -127,6 +127,8 @@ def plan(args: Sequence[str], now: datetime.datetime | None = None) -> RunDirs:
         parent = Path(DEFAULT_ROOTS[kind]) / now.strftime("%Y-%m-%d")
         claimed, made = claim_new(parent, now.strftime("%H-%M-%S"))
         dirs.made += made
+        if multirun:  # the jobs' folders, which Hydra makes in it, are lptrain's too
+            dirs.watched.add(claimed.resolve())
         dirs.overrides.append(f"{key}={claimed}")
         return dirs
     folder = Path(given).expanduser().resolve()
