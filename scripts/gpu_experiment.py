@@ -387,12 +387,12 @@ def comm_lines(runs: list[Run], header: list[str]) -> list[str]:
         r = run.result
         name = TITLES.get(run.spec.network, run.spec.network)
         if r is None:
-            body.append([name, run.comm, "-", "-", "-", "-", not_run(run)])
+            body.append([name, run.comm, "-", "-", "-", "-", "-", not_run(run)])
             continue
         step_ms = r.comm_ms / r.comm_share if r.comm_share else float("nan")
         body.append(
             [name, run.comm, f"{r.comm_ms:.2f}", fmt_pct(r.comm_share), f"{r.extra['exposed_ms']:.2f}",
-             f"{step_ms:.1f}", f"{r.compute_ms:.1f}"]
+             f"{step_ms:.1f}", f"{r.compute_ms:.1f}", ""]
         )  # fmt: skip
     header_row = [
         "network",
@@ -402,6 +402,7 @@ def comm_lines(runs: list[Run], header: list[str]) -> list[str]:
         "exposed ms",
         "step ms",
         "compute ms",
+        "not run",
     ]
     return [
         "## Communication per iteration",

@@ -85,7 +85,7 @@ def test_the_cpu_stand_in_writes_both_tables(tmp_path):
         assert rows[comm][1] == "3" and float(rows[comm][4]) < 1e-4  # three steps: only the order of additions
     assert "Reordering alone (the control) moves the loss by up to" in convergence
     assert "CPU stand-ins" in convergence and "GPU_CHECK_STEPS=experiment" in convergence
-    comm = {r[1]: r for r in table_rows((out / "comm.md").read_text(), 7)}
+    comm = {r[1]: r for r in table_rows((out / "comm.md").read_text(), 8)}
     assert list(comm) == list(rows)
     for name in ("lp", "mst", "be", "ring"):
         assert float(comm[name][2]) > 0 and comm[name][3].endswith("%") and float(comm[name][4]) >= 0
