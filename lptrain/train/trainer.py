@@ -110,7 +110,7 @@ class Summary:
             f"=== lptrain summary: {config.model.name} ({num_params / 1e6:.2f}M parameters) on {config.data.name} ===",
             f"  communicator    {config.comm.name} ({config.sync.name}) over {self.devices}",
             f"  steps           {self.steps} in {self.wall_s:.1f} s, {self.images_per_s:.0f} images/s"
-            f" (wall clock of {self.train_s:.1f} s of training, evaluation"
+            f" (wall clock of {self.train_s - (self.compile_s or 0.0):.1f} s of training, evaluation"
             f"{' and the compiling step' if self.compile_s is not None else ''} excluded)",
             f"  final loss      {self.final_loss:.4f} (train accuracy {100 * self.final_train_accuracy:.1f}%)",
             f"  eval accuracy   {acc}",
