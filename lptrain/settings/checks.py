@@ -165,6 +165,26 @@ def check_trainer(t: TrainerConfig, replicas: int) -> None:
     check_profile(t)
 
 
+def check_compute(t: TrainerConfig, devices: Sequence[Any]) -> None:
+    """How the replicas compute: torch.compile where it can compile for these devices,
+    cuDNN's benchmark mode where there is cuDNN."""
+    types = {d.type for d in devices}
+    if t.compile:
+        from lptrain.train.compiled import compile_problem
+
+        for device_type in sorted(types):
+            problem = compile_problem(device_type)
+            if problem:
+                raise _bad("trainer.compile", "true", f"{problem}; or trainer.compile=false")
+    if t.cudnn_benchmark and "cuda" not in types:
+        raise _bad(
+            "trainer.cudnn_benchmark",
+            "true",
+            f"it sets cuDNN's benchmark mode, and these devices ({', '.join(sorted(types))}) have no cuDNN: "
+            "leave it false on CPUs",
+        )
+
+
 def check_cpu_replicas(given: Any, devices: Sequence[Any]) -> None:
     """At most ``CPU_REPLICAS_PER_CORE`` CPU replicas per core this process may use."""
     from lptrain.data.loader import available_cpus
@@ -350,6 +370,7 @@ def check_config(cfg: DictConfig) -> RunConfig:
     check_modes(t)  # before the devices, as a reader goes down the group
     devices = tuple(parse_devices(resolve_devices(t.devices, t.device_type)))  # the one place they are resolved
     check_cpu_replicas(t.devices, devices)
+    check_compute(t, devices)
     replicas = len(devices) * processes
     check_trainer(t, replicas)
     per_device = t.global_batch // replicas if t.global_batch is not None else t.batch_per_device

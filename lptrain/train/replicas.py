@@ -3,6 +3,12 @@
 With flat buffers one collective covers the whole model (or one per bucket), instead of
 one per tensor: the parameters and gradients of every module are views into them, so
 the optimizer and autograd write straight into the buffers the communicator moves.
+
+With ``channels_last`` each convolution's weight (and its gradient) is a view of its
+slice of the flat buffer in NHWC order, so the kernels that prefer that order read it
+without a copy. The buffer then holds those weights in another element order than the
+plain module's; ``state_params`` and ``load_params`` read and write the plain order, so
+a checkpoint is the same whichever format trained it.
 """
 
 from __future__ import annotations
@@ -18,14 +24,15 @@ from torch import nn
 class Replicas:
     """``len(devices)`` identical copies of ``model``, one per device."""
 
-    def __init__(self, model: nn.Module, devices: Sequence[torch.device]) -> None:
+    def __init__(self, model: nn.Module, devices: Sequence[torch.device], channels_last: bool = False) -> None:
         self.devices = list(devices)
+        self.channels_last = channels_last
         self.models = [copy.deepcopy(model).to(d) for d in self.devices]
         self.params: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
         self.buffers: list[dict[torch.dtype, torch.Tensor]] = []
         for m, d in zip(self.models, self.devices):
-            p, g = _flatten_parameters(m, d)
+            p, g = _flatten_parameters(m, d, channels_last)
             self.params.append(p)
             self.grads.append(g)
             self.buffers.append(_flatten_buffers(m, d))
@@ -60,14 +67,46 @@ class Replicas:
                 results[r] = value
         return results
 
+    def state_params(self) -> torch.Tensor:
+        """The root's parameters as one flat tensor in the plain module's element order (what
+        a checkpoint holds): the flat buffer itself, unless channels_last reordered it."""
+        if not self.channels_last:
+            return self.params[0]
+        return torch.cat([p.detach().reshape(-1) for p in _trainable(self.models[0])])
+
+    def load_params(self, flat: torch.Tensor) -> None:
+        """Every replica's parameters from ``flat``, in the plain module's element order."""
+        with torch.no_grad():
+            for model, buffer in zip(self.models, self.params):
+                if not self.channels_last:
+                    buffer.copy_(flat)
+                    continue
+                sizes = [p.numel() for p in _trainable(model)]
+                for p, chunk in zip(_trainable(model), flat.split(sizes)):
+                    p.copy_(chunk.view(p.shape))
+
     def identical(self) -> bool:
         """True when every replica's parameters equal the root's bit for bit."""
         root = self.params[0].cpu()
         return all(torch.equal(root, p.cpu()) for p in self.params[1:])
 
 
-def _flatten_parameters(model: nn.Module, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    params = [p for p in model.parameters() if p.requires_grad]
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _view(chunk: torch.Tensor, like: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """``chunk`` shaped as ``like``: a 4-d weight in NHWC order with channels_last."""
+    if channels_last and like.dim() == 4:
+        n, c, h, w = like.shape
+        return chunk.view(n, h, w, c).permute(0, 3, 1, 2)
+    return chunk.view_as(like)
+
+
+def _flatten_parameters(
+    model: nn.Module, device: torch.device, channels_last: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    params = _trainable(model)
     dtypes = {p.dtype for p in params}
     if len(dtypes) != 1:
         raise ValueError(f"flat buffers need one parameter dtype, the model has {sorted(map(str, dtypes))}")
@@ -78,9 +117,10 @@ def _flatten_parameters(model: nn.Module, device: torch.device) -> tuple[torch.T
     with torch.no_grad():
         for p in params:
             n = p.numel()
-            flat[offset : offset + n].copy_(p.reshape(-1))
-            p.data = flat[offset : offset + n].view_as(p)
-            p.grad = grad[offset : offset + n].view_as(p)
+            view = _view(flat[offset : offset + n], p, channels_last)
+            view.copy_(p)
+            p.data = view
+            p.grad = _view(grad[offset : offset + n], p, channels_last)
             offset += n
     return flat, grad
 

@@ -53,6 +53,7 @@ from lptrain.train.checkpoint import (
     save_checkpoint,
 )
 from lptrain.train.commtime import comm_times
+from lptrain.train.compiled import replica_forwards, to_memory_format
 from lptrain.train.launch import any_across, init_from_environment, max_across, same_everywhere, sum_across
 from lptrain.train.log import Progress, RunLog, run_hparams
 from lptrain.train.numerics import NumericsError, gradient_probe, gradient_verdict, nonfinite_entry, step_failure
@@ -100,6 +101,7 @@ class Summary:
     run_dir: str
     checkpoint: str | None
     interrupted_by: int = 0  # the signal that stopped the run early (SIGINT 2, SIGTERM 15), 0 when it ran out
+    compile_s: float | None = None  # trainer.compile: the first step's wall clock, which compiled (not in the means)
 
     def render(self, config: RunConfig, num_params: int) -> str:
         acc = f"{100 * self.eval_accuracy:.2f}%" if self.eval_accuracy is not None else "n/a"
@@ -108,7 +110,8 @@ class Summary:
             f"=== lptrain summary: {config.model.name} ({num_params / 1e6:.2f}M parameters) on {config.data.name} ===",
             f"  communicator    {config.comm.name} ({config.sync.name}) over {self.devices}",
             f"  steps           {self.steps} in {self.wall_s:.1f} s, {self.images_per_s:.0f} images/s"
-            f" (wall clock of {self.train_s:.1f} s of training, evaluation excluded)",
+            f" (wall clock of {self.train_s - (self.compile_s or 0.0):.1f} s of training, evaluation"
+            f"{' and the compiling step' if self.compile_s is not None else ''} excluded)",
             f"  final loss      {self.final_loss:.4f} (train accuracy {100 * self.final_train_accuracy:.1f}%)",
             f"  eval accuracy   {acc}",
             f"  data wait       {self.mean_data_ms:.1f} ms per iteration",
@@ -124,9 +127,16 @@ class Summary:
         ]
         if self.checkpoint:
             lines.append(f"  checkpoint      {self.checkpoint}  (resume with trainer.resume={self.checkpoint})")
+        if self.compile_s is not None:
+            lines.append(f"  {compile_line(self.compile_s, 15)}")
         if self.interrupted_by:
             lines.append(f"  interrupted     after step {self.steps} (signal {self.interrupted_by})")
         return "\n".join(lines)
+
+
+def compile_line(seconds: float, width: int = 0) -> str:
+    """How long trainer.compile's first step took, said apart from the step times."""
+    return f"{'compile':<{width}} {seconds:.1f} s (first step), not in the step times"
 
 
 def describe_devices(devices, nprocs: int = 1) -> str:
@@ -174,7 +184,11 @@ class Trainer:
         torch.manual_seed(t.seed)  # the model's initialisation: the same in every process
         self.reseed = reseeds_per_step(self.devices, self.nprocs)
         model = build_model(config.model.name, self.data.num_classes, self.image_size, init=config.model.init)
-        self.replicas = Replicas(model, self.devices)
+        self.replicas = Replicas(model, self.devices, channels_last=t.channels_last)
+        self.forwards = replica_forwards(self.replicas.models, t.compile)  # the modules, or compiled
+        if self.devices[0].type == "cuda":
+            torch.backends.cudnn.benchmark = t.cudnn_benchmark
+        self.compile_s: float | None = None  # the first step's wall clock, when it compiled
         o = config.optim
         self.optimizers = [
             torch.optim.SGD(
@@ -313,7 +327,7 @@ class Trainer:
         if self.overlap is not None:
             self.overlap.begin()
         try:
-            results = self.replicas.run(lambda r, model: self._forward_backward(r, model, *shards[r], step))
+            results = self.replicas.run(lambda r, _: self._forward_backward(r, self.forwards[r], *shards[r], step))
             timer.stop("compute")
             timer.start("comm")
             spans: list[Span] = []
@@ -422,6 +436,7 @@ class Trainer:
         x = prepare(
             images.to(device, non_blocking=True), self.spec.in_channels, self.image_size, self.data.mean, self.data.std
         )
+        x = to_memory_format(x, self.config.trainer.channels_last)
         y = labels.to(device, non_blocking=True)
         with autocast(device, self.precision):
             loss, logits = classification_loss(model(x), y)
@@ -449,6 +464,7 @@ class Trainer:
             for images, labels in batches:
                 x = images.to(device, non_blocking=True)
                 x = prepare(x, self.spec.in_channels, self.image_size, self.data.mean, self.data.std)
+                x = to_memory_format(x, self.config.trainer.channels_last)
                 y = labels.to(device, non_blocking=True)
                 logits = model(x)
                 total_loss += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
@@ -474,7 +490,7 @@ class Trainer:
             return self.checkpoint_path
         state = {
             "step": next_step,
-            "params": reps.params[0].cpu(),
+            "params": reps.state_params().cpu(),  # the plain module's order, whatever the memory format
             "buffers": {str(k).removeprefix("torch."): v.cpu() for k, v in reps.buffers[0].items()},
             "optimizer": self.optimizers[0].state_dict(),
             "loss_scale": self.scaler.state_dict(),
@@ -516,9 +532,8 @@ class Trainer:
                 f"{reps.numel}: it is a checkpoint of another model or data set; resume it with the options it was "
                 "saved with"
             )
+        reps.load_params(params)
         with torch.no_grad():
-            for w in reps.params:
-                w.copy_(params)
             for bufs in reps.buffers:
                 for dtype, flat in bufs.items():
                     flat.copy_(state["buffers"][str(dtype).removeprefix("torch.")])
@@ -544,6 +559,8 @@ class Trainer:
             remove_stale_temporaries(self.checkpoint_path)  # what a save killed mid-write left here
         if self.start_step:
             progress.message(f"resumed at step {self.start_step} from {t.resume}")
+        if t.compile:
+            progress.message("compile: torch.compile on every replica; the first step compiles, timed apart")
         _announce(progress, log, "comm/auto", "comm auto: ", self._auto_choices())
         kernels = self._kernel_choices()
         _announce(progress, log, "comm/reduce_kernel", "comm: ", kernels)
@@ -559,7 +576,11 @@ class Trainer:
         previous = self._install_signal_handlers(progress)
         try:
             for step in range(self.start_step, self.stop_at):
+                began = time.perf_counter()
                 last = self._profiled_step(profiler, progress, step, batches, timer)
+                if t.compile and not history:
+                    self.compile_s = time.perf_counter() - began
+                    progress.message(compile_line(self.compile_s))
                 if not history:  # what the first step decided (cuda_graph=auto times each plan then)
                     later = [line for line in self._kernel_choices() if line not in kernels]
                     _announce(progress, log, "comm/cuda_graph", "comm: ", later)
@@ -643,7 +664,7 @@ class Trainer:
             mean_data_ms=mean_std(rows, "data_ms")[0],
             comm_fraction=comm_share(rows),
             comm_GBps=self.bytes_per_step / comm / 1e6 if comm else math.nan,
-            images_per_s=self.global_batch * len(history) / train_s if history and train_s > 0 else math.nan,
+            images_per_s=self._images_per_s(len(history), train_s),
             wall_s=wall,
             train_s=train_s,
             replicas_identical=self.replicas.identical()
@@ -652,7 +673,14 @@ class Trainer:
             run_dir=str(self.run_dir),
             checkpoint=str(checkpoint) if checkpoint else None,
             interrupted_by=self._stop_by if self._stop_requested else 0,
+            compile_s=self.compile_s,
         )
+
+    def _images_per_s(self, steps: int, train_s: float) -> float:
+        """Images per second of wall clock over ``steps`` steps; the step that compiled left out."""
+        if self.compile_s is not None:
+            steps, train_s = steps - 1, train_s - self.compile_s
+        return self.global_batch * steps / train_s if steps > 0 and train_s > 0 else math.nan
 
     def _stop_agreed(self, done: int) -> bool:
         """Whether every process stops after step ``done``: whether any was signalled."""

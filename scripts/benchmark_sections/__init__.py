@@ -23,11 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from benchmark_sections import auto, cluster, data, ddp_hook, gpu, inprocess, overlap, processes, trainer
+from benchmark_sections import auto, cluster, compiled, data, ddp_hook, gpu, inprocess, overlap, processes, trainer
 from doctools.commands import Run
 
 # The document's order, which is also the headline table's.
-MODULES: tuple[ModuleType, ...] = (inprocess, processes, trainer, ddp_hook, data, overlap, auto, cluster, gpu)
+MODULES: tuple[ModuleType, ...] = (
+    inprocess,
+    processes,
+    trainer,
+    ddp_hook,
+    data,
+    overlap,
+    compiled,
+    auto,
+    cluster,
+    gpu,
+)
 
 
 @dataclass
