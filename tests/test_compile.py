@@ -31,6 +31,13 @@ QUIET = ["trainer.progress=false", "trainer.tensorboard=false", "trainer.eval_ev
 CPU = torch.device("cpu")
 
 
+@pytest.fixture(autouse=True)
+def inductor_cache_in_tmp(tmp_path_factory, monkeypatch):
+    """Inductor's compiled kernels go to a folder of the test session's, not to
+    /tmp/torchinductor_USER, which would outlive the tests."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "inductor"))
+
+
 def trainer(tmp_path: Path, *overrides: str) -> Trainer:
     return Trainer(compose_config([*QUIET, "trainer.checkpoint_every=0", *overrides]), tmp_path)
 
