@@ -53,6 +53,14 @@ def wait_until(done, bound_s: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def survivors_end(procs: list[subprocess.Popen], ranks: list[int]) -> tuple[list[int], float]:
+    """Wait up to HANG_BOUND_S for ``ranks`` to end: (those still running then, seconds waited)."""
+    began = time.monotonic()
+    with contextlib.suppress(AssertionError):
+        wait_until(lambda: all(procs[r].poll() is not None for r in ranks), HANG_BOUND_S, "")
+    return [r for r in ranks if procs[r].poll() is None], time.monotonic() - began
+
+
 def stopped(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
@@ -71,11 +79,7 @@ def test_the_ddp_hook_ends_on_a_stalled_peer_at_its_timeout_naming_it_and_the_de
     try:
         wait_until(lambda: stopped(procs[1].pid) or procs[1].poll() is not None, 120, "rank 1 never stopped itself")
         assert procs[1].poll() is None, procs[1].communicate()
-        began = time.monotonic()
-        with contextlib.suppress(AssertionError):
-            wait_until(lambda: procs[0].poll() is not None and procs[2].poll() is not None, HANG_BOUND_S, "")
-        took = time.monotonic() - began
-        still = [r for r in (0, 2) if procs[r].poll() is None]
+        still, took = survivors_end(procs, [0, 2])
     finally:
         said = end(procs)
     assert not still, f"ranks {still} were still waiting {HANG_BOUND_S} s after rank 1 stopped (a hang)"
@@ -112,11 +116,7 @@ def test_the_store_hosts_death_is_one_line_naming_rank_0_with_no_cpp_stack(tmp_p
         steps = runs[0] / "steps.jsonl"
         wait_until(lambda: steps.exists() and len(steps.read_text().splitlines()) >= 3, 240, "no steps logged")
         os.kill(procs[0].pid, signal.SIGKILL)
-        began = time.monotonic()
-        with contextlib.suppress(AssertionError):
-            wait_until(lambda: procs[1].poll() is not None and procs[2].poll() is not None, HANG_BOUND_S, "")
-        took = time.monotonic() - began
-        still = [r for r in (1, 2) if procs[r].poll() is None]
+        still, took = survivors_end(procs, [1, 2])
     finally:
         said = end(procs)
     assert not still, f"ranks {still} were still running {HANG_BOUND_S} s after rank 0 was killed"
