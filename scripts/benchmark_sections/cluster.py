@@ -97,6 +97,18 @@ def render(data: dict) -> list[str]:
             f"- LP {op}: {lo:.2f} to {hi:.2f} n/B at 16 MiB over P = {span_nodes[0]} to {span_nodes[-1]} "
             f"({slo:.2f} to {shi:.2f} at 4 MiB)."
         )
+    be = tb.be_against_model(data, ex.BIG)
+    if be:
+        within = sorted(r["nodes"] for ratio, r in be if ratio <= 1.10)
+        lines.append(
+            f"- BE is held to its own program's one-port model: 2(P-1)/P at a power of two and, at any other P, the "
+            f"extra ranks' whole message handed over first and back after (2.50 n/B for a reduce at P = 5 to 7; "
+            f"`lptrain-sim predict --topology oneport`). At 16 MiB, {len(within)} of its {len(be)} rows over P = "
+            f"{min(r['nodes'] for _, r in be)} to {max(r['nodes'] for _, r in be)} are within 1.10x of it; "
+            "the farthest: "
+            + ", ".join(f"{r['op']} at P = {r['nodes']} {ratio:.2f}x" for ratio, r in be[:3] if ratio > 1.10)
+            + "."
+        )
     auto = tb.auto_against_gloo(data)
     if auto:
         lines.append(
