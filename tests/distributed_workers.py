@@ -313,3 +313,30 @@ def link_rules(rank: int, world: int, store: str, out: str) -> None:
     Path(out, f"rank{rank}.json").write_text(json.dumps(counts))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def reduce_page_faults(rank: int, world: int, store: str, out: str) -> None:
+    """Minor page faults per reduce call on each rank, after a first call: a rank that is not the
+    root runs the schedule on a copy of its tensor, and a fresh 16 MiB copy faults its 4096
+    pages in on every call (the ranks then enter the schedule late, one after another)."""
+    import json
+    import resource
+
+    join(rank, world, store)
+    faults = {}
+    for name in ("be",):
+        comm = build_communicator(name, process_group=dist.group.WORLD, timeout_s=60, check_desync=False)
+        t = torch.full((4 << 20,), float(rank + 1))
+        expected = torch.full_like(t, float(world * (world + 1) // 2) if rank == 0 else float(rank + 1))
+        comm.reduce(t, 0)  # the first call builds the program and fills the staging pool
+        faulted = 0
+        for _ in range(3):
+            t.fill_(float(rank + 1))
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            comm.reduce(t, 0)
+            faulted += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+            assert torch.equal(t, expected), f"{name}: rank {rank}'s tensor after reduce"
+        faults[name] = faulted / 3
+    Path(out, f"rank{rank}.json").write_text(json.dumps(faults))
+    dist.barrier()
+    dist.destroy_process_group()

@@ -98,3 +98,14 @@ def test_a_layout_becomes_lptrain_clusters_options():
     assert ex.STAR.options("200mbit") == ()
     assert ex.Layout(4, "1/4", "interleaved").options("200mbit") == (
         "--layout", "racks", "--racks", "4", "--uplink", "50000kbit", "--placement", "interleaved")  # fmt: skip
+
+
+def test_be_is_held_to_its_own_programs_one_port_model_at_every_p():
+    """At a power of two BE's one-port cost is the ring's 2(P-1)/P; elsewhere its extra ranks
+    hand over and get back whole messages, which the table's model column must include, or
+    BE reads 1.6x off its model at P = 5 while it runs its program at the link's speed."""
+    assert tb.one_port_model("reduce", 8) == "LP 1, BE 1.75, MST 3"
+    assert tb.one_port_model("allreduce", 16) == "ring/BE 1.88, LP ~2"
+    assert tb.one_port_model("reduce", 5) == "LP 1, BE 2.50, MST 3"
+    assert tb.one_port_model("broadcast", 12) == "LP 1, BE 2.75, MST 4"
+    assert tb.one_port_model("allreduce", 5) == "ring 1.60, BE 3.50, LP ~2"

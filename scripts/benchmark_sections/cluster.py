@@ -25,6 +25,9 @@ QUESTION = (
 MINUTES = 90
 DEFAULT = False  # root, and more than an hour
 DATA = DOCS / "data" / "cluster.json"
+# Rows measured before this date ran reduce with a fresh copy of every non-root rank's tensor per
+# call; the section says so where its rows are older (tests/test_distributed.py has the count).
+KEPT_COPY = "2026-12-05 15:00"
 
 
 def measure(run: Run) -> dict:
@@ -97,6 +100,30 @@ def render(data: dict) -> list[str]:
             f"- LP {op}: {lo:.2f} to {hi:.2f} n/B at 16 MiB over P = {span_nodes[0]} to {span_nodes[-1]} "
             f"({slo:.2f} to {shi:.2f} at 4 MiB)."
         )
+    be = tb.be_against_model(data, ex.BIG)
+    if be:
+        within = sorted(r["nodes"] for ratio, r in be if ratio <= 1.10)
+        lines.append(
+            f"- BE is held to its own program's one-port model: 2(P-1)/P at a power of two and, at any other P, the "
+            f"extra ranks' whole message handed over first and back after (2.50 n/B for a reduce at P = 5 to 7; "
+            f"`lptrain-sim predict --topology oneport`). At 16 MiB, {len(within)} of its {len(be)} rows over P = "
+            f"{min(r['nodes'] for _, r in be)} to {max(r['nodes'] for _, r in be)} are within 1.10x of it; "
+            "the farthest: "
+            + ", ".join(f"{r['op']} at P = {r['nodes']} {ratio:.2f}x" for ratio, r in be[:3] if ratio > 1.10)
+            + "."
+        )
+        if c["date"] < KEPT_COPY:
+            lines.append(
+                "- Why BE's reduce is the farthest in these rows: each rank but the root ran the schedule on a fresh "
+                "copy of its tensor, which faulted all its pages in at every call (4096 for 16 MiB); with 8 or 16 "
+                "processes on 2 cores those ranks entered the schedule tens of milliseconds after the root, and every "
+                "later step waits for the slowest pair. The executor keeps that copy from call to call "
+                "(`lptrain/comm/distributed.py`). Side by side at P = 8, 2 rounds, each a run with the fresh copy "
+                "then one with the kept one (`lptrain-cluster --nodes 8 --link 200mbit -- lptrain-bench --op reduce "
+                "-b 16M -e 16M --algo be,ring,mst -n 1 --trials 2`, 2026-12-05, the 2-core machine): BE took 1.89 "
+                "and 1.92 n/B with the fresh copy, 1.82 and 1.78 with the kept one (the model 1.75; the ring 1.76 "
+                "to 1.78 in all four); the rows above had the fresh copy."
+            )
     auto = tb.auto_against_gloo(data)
     if auto:
         lines.append(

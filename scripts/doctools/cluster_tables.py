@@ -12,6 +12,8 @@ import statistics
 from doctools import cluster_model as model
 from doctools.cluster_experiment import DDP_VARIANTS, OPS, SCHEDULE_ALGOS, STAR, TABLE_ALGOS, TRAIN_CASES, layout_of
 from doctools.markdown import table
+from lptrain.sim.predict import predict
+from lptrain.sim.topology import oneport
 
 DDP_LABELS = {
     "native": "DDP native (gloo allreduce)",
@@ -29,11 +31,24 @@ def size_label(nbytes: int) -> str:
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
+def be_model(op: str, p: int) -> float:
+    """BE's one-port step model in n/B: its own program (``lptrain-sim predict --topology
+    oneport``, no latency), which BE is held to. At a power of two that is 2(P-1)/P, the
+    ring's; at any other P the extra ranks first hand their whole message to a neighbour
+    (reduce, allreduce) and get the result back after (broadcast, allreduce), steps that
+    2(P-1)/P leaves out: 2.50 n/B for a reduce at P = 5 to 7."""
+    nbytes = 1 << 24
+    topology = oneport(p, bandwidth=1.0, latency=0.0, overhead=0.0, gamma=0.0)
+    return predict("be", op, topology, nbytes).seconds / nbytes
+
+
 def one_port_model(op: str, p: int) -> str:
-    """The one-port model's multiples of n/B for the algorithms that bound each op."""
-    be = 2 * (p - 1) / p
+    """The one-port model's multiples of n/B for the algorithms that bound each op (BE's:
+    ``be_model``)."""
+    be, ring = be_model(op, p), 2 * (p - 1) / p
     if op == "allreduce":
-        return f"ring/BE {be:.2f}, LP ~2"
+        both = f"ring/BE {ring:.2f}" if math.isclose(be, ring, rel_tol=1e-3) else f"ring {ring:.2f}, BE {be:.2f}"
+        return f"{both}, LP ~2"
     return f"LP 1, BE {be:.2f}, MST {math.ceil(math.log2(p))}"
 
 
@@ -92,6 +107,13 @@ def span(data: dict, algo: str, op: str, size: int) -> tuple[float, float, list[
     rows = [r for r in rows_of(data) if r["algo"] == algo and r["op"] == op and r["size"] == size]
     times = [n_over_b(r) for r in rows]
     return min(times), max(times), sorted(r["nodes"] for r in rows)
+
+
+def be_against_model(data: dict, size: int) -> list[tuple[float, dict]]:
+    """BE's rows on the star at ``size``, each with its time over its own program's one-port
+    model (``be_model``), the farthest first."""
+    rows = [r for r in rows_of(data) if r["algo"] == "be" and r["size"] == size]
+    return sorted(((n_over_b(r) / be_model(r["op"], r["nodes"]), r) for r in rows), key=lambda x: -x[0])
 
 
 def auto_against_gloo(data: dict, layout=STAR) -> tuple[float, dict] | None:
