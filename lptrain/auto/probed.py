@@ -37,6 +37,7 @@ def racks_model(racks: Racks, link: LinkCost | None = None) -> Topology:
     model = declared.build(world)
     model.layout = f"measured at start: {racks.describe()}"
     model.overlapped = True
+    model.link_rate = 1 / link.beta_s_per_byte if link else None
     return model
 
 

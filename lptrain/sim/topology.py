@@ -61,6 +61,9 @@ class Topology:
     serial: bool = False
     call_overhead: float = 0.0  # once per collective call (argument checks, planning)
     overlapped: bool = False  # a message's endpoint cost overlaps the transfers (across processes)
+    # Bytes per second the executor measured at start, which it cuts its segments by; None:
+    # the slowest link of a ring over the model (lptrain.sim.dataflow.measured_rate).
+    link_rate: float | None = None
     # Ranks that share a switch behind a thinner link (racks), each group in rank order; None
     # where no group stands out. What a rank order keeps together (lptrain.auto).
     groups: tuple[tuple[int, ...], ...] | None = None
