@@ -15,7 +15,7 @@ above the executor's segment for the link it measured (``auto_segment_bytes``: w
 link carries in 10 ms) is priced as the executor runs it: each segment goes on as soon as it
 is in, so the pipeline fills in segments (``_priced_block``). Priced in whole blocks,
 LP's automatic block (256 KiB, 128 KiB messages) on 8 nodes in 2 racks with uplinks at
-half a port looked 45% dearer than 64 KiB blocks at 4 MiB, where the two measured 483 and
+half a port looked a third dearer than 64 KiB blocks at 4 MiB, where the two measured 483 and
 469 ms; at 16 MiB they measured 1522 and 1647 ms, and priced in segments the smaller
 block's gain stays under the 5% margin there (2026-12-05, lptrain-cluster, 2 cores).
 """
