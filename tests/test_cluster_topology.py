@@ -3,10 +3,12 @@
 On racks joined by 100 Mbit/s uplinks under 200 Mbit/s ports, the probe finds the racks
 (lptrain-cluster places ranks 0-1 and 2-3 together, so the probe's groups are checked
 against them, whatever order auto then picks) and the uplink at about half a port, and auto
-runs LP in a rack-contiguous order; on a star it finds one switch and runs the ring. Each
-cluster run takes about 30 s on two cores (4 nodes, a 4 MiB allreduce at 200 Mbit/s and
-the probe), so these are marked slow; they skip with lptrain-cluster --check's reason where
-namespaces cannot be made.
+runs LP in a rack-contiguous order; with the nodes interleaved (node i in rack i % 2) the
+probe finds racks [0 2] and [1 3], which the natural order crosses at every hop, and auto
+reorders the chain so that each rack is contiguous; on a star it finds one switch and runs
+the ring. Each cluster run takes about 30 s on two cores (4 nodes, a 4 MiB allreduce at
+200 Mbit/s and the probe), so these are marked slow; they skip with lptrain-cluster
+--check's reason where namespaces cannot be made.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 
 import pytest
 from test_cluster import Watched, needs_namespaces
+from test_topology_auto import rack_contiguous
 
 BENCH = ["lptrain-bench", "--op", "allreduce", "--algo", "auto", "--topology", "probe", "-b", "4M", "-e", "4M",
          "-n", "1", "--trials", "1"]  # fmt: skip
@@ -42,6 +45,22 @@ def test_on_thin_uplink_racks_the_probe_finds_them_and_auto_runs_lp_rack_contigu
     assert 0.3 < fraction < 0.7, machine
     chose = row["chose"]
     assert chose.startswith("lp block=") and chose.endswith("order=natural"), chose  # 0-1-2-3: racks contiguous
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_on_interleaved_racks_the_probe_finds_them_and_auto_orders_each_rack_contiguous(tmp_path):
+    layout = ["--layout", "racks", "--placement", "interleaved", "--link", "200mbit", "--uplink", "100mbit"]
+    machine, row = run_auto(tmp_path, layout)
+    assert "measured at start: 2 racks [0 2] [1 3]" in machine, machine
+    fraction = float(re.search(r"\(([0-9.]+) of a port\)", machine).group(1))
+    assert 0.3 < fraction < 0.7, machine
+    algo, *settings = row["chose"].split()
+    order_text = dict(s.split("=", 1) for s in settings)["order"]
+    assert order_text != "natural", row["chose"]  # 0-1-2-3 would cross the uplink at every hop
+    order = [int(r) for r in order_text.split("-")]
+    assert sorted(order) == [0, 1, 2, 3] and rack_contiguous(order, ((0, 2), (1, 3))), row["chose"]
+    assert algo == "lp", row["chose"]
 
 
 @pytest.mark.slow

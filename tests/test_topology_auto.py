@@ -15,7 +15,8 @@ import torch
 
 from lptrain.auto import AutoCommunicator, simulated_choice
 from lptrain.auto.probed import racks_model
-from lptrain.comm.topology_probe import group_racks, pair_rounds
+from lptrain.comm.topology_probe import Racks, group_racks, pair_rounds
+from lptrain.comm.transport import LinkCost
 from lptrain.errors import ConfigError
 from lptrain.settings.locations import compose
 from lptrain.sim.declared import DeclaredRacks, check_topology, parse_topology, topology_of
@@ -230,6 +231,60 @@ def test_auto_on_the_probes_racks_runs_lp_with_each_rack_contiguous(rack_of):
     assert choice.algo == "lp" and rack_contiguous(choice.options["order"], racks.groups), choice
     star = racks_model(group_racks(synthetic_rates([0] * world, PORT, PORT, 0.05), pair_rounds(world)))
     assert simulated_choice("allreduce", 16 * MiB, world, star).algo == "ring"
+
+
+# -- what auto chooses with the figures measured on the emulated cluster ----------------------------
+# lptrain-cluster, 200mbit ports, 2-core host, 2026-12-05: what the probe and the link measurement
+# printed at start. At P = 16 on the star the fastest lone 8-byte exchange took 1.6 ms (sixteen
+# processes on two cores); on 8 nodes in 2 racks with 100mbit uplinks 0.75 ms, the ring of the
+# link measurement crossing an uplink (12.5 MB/s).
+STAR16 = (Racks((tuple(range(16)),), 25.1e6, None, "every rank reaches every other"), LinkCost(1.616e-3, 1 / 25.1e6))
+RACKS8 = (
+    Racks(((0, 1, 2, 3), (4, 5, 6, 7)), 28.7e6, 17.0e6, "pairs across racks share a slower link"),
+    LinkCost(750e-6, 1 / 12.5e6),
+)
+
+
+def test_with_the_per_message_cost_measured_at_p16_auto_runs_neither_broadcast_nor_allreduce_as_be():
+    """At P = 16 and 4 MiB the emulated star measured LP's broadcast at 252 ms, BE's at 318; the
+    ring's allreduce at 324, BE's at 334 (gloo's own 317). Priced with the 1.6 ms paid at every
+    step on top of its bytes, BE's 8 steps beat the ring's 30 and LP's pipeline: the per-message
+    cost is paid while the link carries the last message, not after it."""
+    model = racks_model(*STAR16)
+    broadcast = simulated_choice("broadcast", 4 * MiB, 16, model)
+    assert broadcast.algo == "lp", broadcast
+    allreduce = simulated_choice("allreduce", 4 * MiB, 16, model)
+    assert allreduce.algo == "ring", allreduce
+
+
+def test_with_the_figures_measured_on_thin_uplink_racks_at_p8_auto_runs_lp_rack_contiguous():
+    """8 nodes, 2 racks, uplinks at half a port, 4 and 16 MiB: LP's chain with each rack
+    contiguous (the natural order here). Measured at 4 MiB: LP with 64 KiB blocks 469 ms, with
+    its automatic block (256 KiB, 128 KiB messages) 483, the ring 583, gloo's own 588; at
+    16 MiB 1647, 1522, 2369 and 2368: there the automatic block, priced in the executor's
+    128 KiB segments (in whole 256 KiB blocks its pipeline fill looked twice as long)."""
+    model = racks_model(*RACKS8)
+    for size in (4 * MiB, 16 * MiB):
+        choice = simulated_choice("allreduce", size, 8, model)
+        assert choice.algo == "lp" and "order" not in choice.options, choice
+        assert choice.options.get("allreduce", "overlapped") == "overlapped", choice
+    assert simulated_choice("allreduce", 16 * MiB, 8, model).options["block_size"] == "auto"
+
+
+def test_an_overlapped_step_costs_the_larger_of_the_message_cost_and_the_drain():
+    """Across processes a step costs max(overhead, drain): LP's broadcast over P - 2 + k steps."""
+    from lptrain.sim.predict import predict
+    from lptrain.sim.topology import oneport
+
+    p, n, block, rate = 6, 4 * MiB, 256 << 10, 25e6
+    for overhead in (1e-3, 20e-3):  # below a block's 10.5 ms on the wire, and above it
+        topo = oneport(p, bandwidth=rate, latency=0.0, overhead=overhead, gamma=0.0)
+        steps = p - 2 + n // block
+        added = predict("lp", "broadcast", topo, n, block_bytes=block).seconds
+        assert added == pytest.approx(steps * (overhead + block / rate))
+        topo.overlapped = True
+        overlapped = predict("lp", "broadcast", topo, n, block_bytes=block).seconds
+        assert overlapped == pytest.approx(steps * max(overhead, block / rate))
 
 
 # -- what crosses the uplink, counted ----------------------------------------------------------------

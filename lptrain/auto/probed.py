@@ -4,7 +4,9 @@ The probe (``lptrain.comm.topology_probe``) says which ranks share a rack, a por
 and the uplink's; the transport's per-message cost comes from the link the communicators
 measure anyway (``lptrain.comm.transport.link_of``). Together they are the simulator's
 racks (``lptrain.sim.declared.DeclaredRacks``: one rack where the probe found none), so a
-measured machine is priced exactly as a declared one.
+measured machine is priced exactly as a declared one, except that its steps are priced
+``overlapped`` (``lptrain.sim.simulator``): the ranks measured are processes, whose
+executor pays a message's endpoint cost while the link carries the last one.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def racks_model(racks: Racks, link: LinkCost | None = None) -> Topology:
     )
     model = declared.build(world)
     model.layout = f"measured at start: {racks.describe()}"
+    model.overlapped = True
+    model.link_rate = 1 / link.beta_s_per_byte if link else None
     return model
 
 

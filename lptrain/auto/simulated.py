@@ -9,6 +9,15 @@ crosses them: LP's chain with its racks contiguous crosses each uplink once, the
 the natural order of interleaved racks at every hop. LP is priced at its cost-model block
 and at a few fixed ones. The cheapest wins; ties go to the earlier candidate (the natural
 order, the automatic block), so a star or a single rack keeps what it ran before.
+
+On a model measured across processes (``overlapped``: ``lptrain.auto.probed``) a block
+above the executor's segment for the link it measured (``auto_segment_bytes``: what the
+link carries in 10 ms) is priced as the executor runs it: each segment goes on as soon as it
+is in, so the pipeline fills in segments (``_priced_block``). Priced in whole blocks,
+LP's automatic block (256 KiB, 128 KiB messages) on 8 nodes in 2 racks with uplinks at
+half a port looked a third dearer than 64 KiB blocks at 4 MiB, where the two measured 483 and
+469 ms; at 16 MiB they measured 1522 and 1647 ms, and priced in segments the smaller
+block's gain stays under the 5% margin there (2026-12-05, lptrain-cluster, 2 cores).
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ from typing import Any
 from lptrain.auto.tuning import Choice
 from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS, option_names, resolve
 from lptrain.comm.algorithms.order import format_order
+from lptrain.comm.program import auto_segment_bytes
 from lptrain.comm.sizes import format_size
+from lptrain.sim.dataflow import measured_rate
 from lptrain.sim.declared import topology_of
 from lptrain.sim.predict import lp_block_bytes, predict, rack_orders
 from lptrain.sim.topology import Topology
@@ -43,6 +54,24 @@ def _candidates(op: str, topology: Topology, nbytes: int) -> list[tuple[str, Any
     return out
 
 
+def _segment(topology: Topology, nbytes: int) -> int | None:
+    """The executor's bytes per message on a model measured across processes, else None."""
+    if not topology.overlapped or topology.world_size < 2:
+        return None
+    return auto_segment_bytes(nbytes, topology.world_size, topology.link_rate or measured_rate(topology))
+
+
+def _priced_block(algo: str, op: str, topology: Topology, nbytes: int, block: Any) -> int | None:
+    """The block to price ``algo`` at (None: its automatic one, as the model sizes it): on a
+    model measured across processes, no larger than the executor's segment."""
+    segment = _segment(topology, nbytes)
+    if segment is None or "block_size" not in option_names(algo):
+        return None if block == "auto" else block
+    if block == "auto":
+        block = lp_block_bytes(topology, nbytes, op, "reduce_broadcast" if algo == "lp-rb" else "overlapped")
+    return min(block, segment)
+
+
 def simulated_choice(op: str, nbytes: int, world_size: int, topology: str | Topology) -> Choice:
     """The cheapest (schedule, LP block, rank order) by the simulator on ``topology`` (a
     model's name, a declaration such as ``racks:2@1/2``, or a built ``Topology``)."""
@@ -50,7 +79,8 @@ def simulated_choice(op: str, nbytes: int, world_size: int, topology: str | Topo
     nbytes = max(nbytes, 4)
     priced = []
     for algo, block, order_name, order in _candidates(op, topo, nbytes):
-        seconds = predict(algo, op, topo, nbytes, block_bytes=None if block == "auto" else block, order=order).seconds
+        block_bytes = _priced_block(algo, op, topo, nbytes, block)
+        seconds = predict(algo, op, topo, nbytes, block_bytes=block_bytes, order=order).seconds
         priced.append((seconds, algo, block, order_name, order))
     best = priced[0]
     for candidate in priced[1:]:

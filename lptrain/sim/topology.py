@@ -45,8 +45,12 @@ class Topology:
 
     ``overhead`` is the fixed cost of one message at the endpoints (launch, handshake);
     ``gamma`` the seconds per byte of a reduction on the receiving device; ``serial``
-    says one engine performs every transfer in turn (the in-process CPU executor).
-    Routes are computed on demand, so machines of thousands of devices stay cheap.
+    says one engine performs every transfer in turn (the in-process CPU executor);
+    ``overlapped`` says the endpoints' cost of a message is paid while the links carry
+    the last one (the multi-process executor posts its receives ahead and issues each
+    segment as soon as its data is in), so a step costs the larger of the two, not their
+    sum (``lptrain.sim.simulator``). Routes are computed on demand, so machines of
+    thousands of devices stay cheap.
     """
 
     name: str
@@ -56,6 +60,10 @@ class Topology:
     router: Callable[[int, int], tuple[Link, ...]]
     serial: bool = False
     call_overhead: float = 0.0  # once per collective call (argument checks, planning)
+    overlapped: bool = False  # a message's endpoint cost overlaps the transfers (across processes)
+    # Bytes per second the executor measured at start, which it cuts its segments by; None:
+    # the slowest link of a ring over the model (lptrain.sim.dataflow.measured_rate).
+    link_rate: float | None = None
     # Ranks that share a switch behind a thinner link (racks), each group in rank order; None
     # where no group stands out. What a rank order keeps together (lptrain.auto).
     groups: tuple[tuple[int, ...], ...] | None = None
