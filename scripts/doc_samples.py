@@ -61,6 +61,8 @@ def run(sample: Sample, timeout: float) -> tuple[list[str], float]:
         timeout=timeout,
     )
     lines = [line for line in done.stdout.splitlines() if not torchrun_noise(line)]
+    while lines and not lines[0].strip():  # the blank line that opens torchrun's banner
+        lines.pop(0)
     return lines, time.monotonic() - began
 
 
