@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # The figures that vary: a number with a unit of time, rate (per byte too) or share; a loss, an accuracy or a
-# spread (sd); the exposed share of a time; a clock (mm:ss). Each is replaced by '#'.
+# spread (sd); the exposed and hand-off parts of a time; a clock (mm:ss). Each is replaced by '#'.
 VARYING = re.compile(
-    rf"(?P<before>\b(?:loss|accuracy|acc|sd|exposed)\s+){NUMBER}"
+    rf"(?P<before>\b(?:loss|accuracy|acc|sd|exposed|hand-off)\s+){NUMBER}"
     rf"|(?<![\w.]){NUMBER}(?P<unit>\s*(?:ms|us|s|min|ps/B|GB/s|MB/s|Gbit/s|Mbit/s|img/s|images/s|%)(?![\w/]))"
     r"|\b\d{2}:\d{2}\b"
 )
