@@ -33,6 +33,7 @@ from doctools import cluster_tables as tb
 from doctools.cluster_experiment import layout_of
 from doctools.document import update_sections
 from doctools.files import read_json, write_json
+from doctools.machine import machine
 
 DATA = cluster.DATA
 BIG, SMALL = ex.BIG, ex.SMALL
@@ -321,7 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--only takes {', '.join(ex.PARTS)}, got {args.only!r}")
 
     def save(data: dict) -> None:
+        # The machine as doctools.machine records it, so that the documents describe it in the
+        # words every other generator uses.
         data["conditions"]["date"] = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        data["conditions"]["machine"] = machine()
         write_json(DATA, data)
 
     try:

@@ -26,6 +26,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,23 +45,31 @@ def torchrun_noise(line: str) -> bool:
 
 
 def run(sample: Sample, timeout: float) -> tuple[list[str], float]:
-    """The sample's command, run as written from the checkout: its output lines and seconds."""
+    """The sample's command, run as written from the checkout: its output lines and seconds.
+
+    Its ``/tmp`` paths are a fresh scratch folder, shown as ``/tmp`` in the output: a run
+    folder left by an earlier run (a finished run resumes and does nothing) would change
+    what the command prints, and what is in the user's /tmp is not this script's to delete."""
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     began = time.monotonic()
-    done = subprocess.run(
-        executable(shlex.split(sample.command)),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=timeout,
-    )
-    lines = [line for line in done.stdout.splitlines() if not torchrun_noise(line)]
+    with tempfile.TemporaryDirectory(prefix="doc_samples_") as scratch:
+        done = subprocess.run(
+            executable(shlex.split(sample.command.replace("/tmp/", f"{scratch}/"))),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+        )
+    printed = done.stdout.replace(scratch, "/tmp")
+    lines = [line for line in printed.splitlines() if not torchrun_noise(line)]
+    while lines and not lines[0].strip():  # the blank line that opens torchrun's banner
+        lines.pop(0)
     return lines, time.monotonic() - began
 
 

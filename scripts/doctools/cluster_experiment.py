@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
 
 from doctools.launch import lptrain_cluster
 from lptrain.cluster.plan import parse_rate
@@ -98,11 +95,11 @@ def _run(argv: list[str], what: str) -> None:
 
 
 def conditions(link: str) -> dict:
-    """What the figures depend on besides the code: the link, the machine and its load."""
+    """What the figures depend on besides the code: the link and the machine's load
+    (``scripts/cluster_results.py`` adds the date and the machine each time it saves)."""
     return {
         "link": link,
         "link_bytes_per_s": parse_rate(link) / 8,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.node()}",
         "load_before": os.getloadavg()[0],
         "nice": os.nice(0),
     }

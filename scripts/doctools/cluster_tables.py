@@ -11,6 +11,7 @@ import statistics
 
 from doctools import cluster_model as model
 from doctools.cluster_experiment import DDP_VARIANTS, OPS, SCHEDULE_ALGOS, STAR, TABLE_ALGOS, TRAIN_CASES, layout_of
+from doctools.machine import describe as machine_words
 from doctools.markdown import table
 from lptrain.sim.predict import predict
 from lptrain.sim.topology import oneport
@@ -273,6 +274,7 @@ def describe(data: dict) -> str:
     if c.get("nice"):
         load += f" (the runs at nice {c['nice']}, ahead of the machine's other work)"
     check = fidelity_phrase(data)
-    return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), {c['machine']}, "
+    machine = machine_words(c["machine"])
+    return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), {machine}, "
             f"{c.get('date', '?')}, {load or 'load average ' + format(c['load_before'], '.1f')}"
             + (f"; {check}" if check else ""))  # fmt: skip

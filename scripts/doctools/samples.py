@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
 # The figures that vary: a number with a unit of time, rate (per byte too) or share; a loss, an accuracy or a
-# spread (sd); the exposed share of a time; a clock (mm:ss). Each is replaced by '#'.
+# spread (sd); the exposed and hand-off parts of a time; a clock (mm:ss). Each is replaced by '#'.
 VARYING = re.compile(
-    rf"(?P<before>\b(?:loss|accuracy|acc|sd|exposed)\s+){NUMBER}"
+    rf"(?P<before>\b(?:loss|accuracy|acc|sd|exposed|hand-off)\s+){NUMBER}"
     rf"|(?<![\w.]){NUMBER}(?P<unit>\s*(?:ms|us|s|min|ps/B|GB/s|MB/s|Gbit/s|Mbit/s|img/s|images/s|%)(?![\w/]))"
     r"|\b\d{2}:\d{2}\b"
 )
@@ -186,14 +186,25 @@ def refreshed(shown: list[str], output: list[str]) -> list[str]:
     lines kept. Raises :class:`SampleError` where a line has no counterpart, or where the
     result still differs from the output (the command prints lines the sample lacks)."""
     output = [o.rstrip() for o in output]
+    while output and not output[-1].strip():
+        output.pop()
+    # The lines after the sample's last '...' end where the output ends (unless a '...' ends
+    # the sample): they stand for the output's last lines, not for the first lines of
+    # their shape (a table's last row is the same shape as its first).
+    last = max((i for i, row in enumerate(shown) if row.strip() == ELLIPSIS), default=None)
+    tail_from = last + 1 if last is not None and last < len(shown) - 1 else len(shown)
     new: list[str] = []
     position = 0
-    for row in shown:
+    for i, row in enumerate(shown):
         if row.strip() == ELLIPSIS:
             new.append(row)
             continue
-        exact = next((p for p in range(position, len(output)) if _same(row, output[p])), None)
-        loose = next((p for p in range(position, len(output)) if _same_shape(row, output[p])), None)
+        if i >= tail_from:
+            p = len(output) - (len(shown) - i)
+            exact = loose = p if p >= position and _same_shape(row, output[p]) else None
+        else:
+            exact = next((p for p in range(position, len(output)) if _same(row, output[p])), None)
+            loose = next((p for p in range(position, len(output)) if _same_shape(row, output[p])), None)
         found = exact if exact is not None else loose
         if found is None:
             raise SampleError(f"no line of the command's output has the shape of the sample's {row!r}")
