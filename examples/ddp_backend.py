@@ -4,6 +4,13 @@ import argparse
 
 import torch
 import torch.distributed as dist
+
+# Imported before the group exists: torch.distributed.nn's functions take group.WORLD as a
+# default argument, read once at import (the first optimizer imports the module). Imported
+# later, they would hold the group past destroy_process_group(), and gloo's threads with it,
+# into the interpreter's exit, where such a thread can abort the process ("terminate called
+# without an active exception": CPython gh-87135, pybind11#2215).
+import torch.distributed.nn  # noqa: F401
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 

@@ -1,5 +1,6 @@
 """The examples: a plain DDP script, and the same with lptrain's hook or on lptrain's backend,
-each differing from the plain one by the import and one line, train to the same weights."""
+each differing from the plain one by the import and one line, train to the same weights and
+leave no thread of gloo's alive when the interpreter finalizes."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXIT_THREADS = Path(__file__).resolve().parent / "exit_threads"  # its sitecustomize lists them
 
 
 def changed_lines(name: str) -> list[str]:
@@ -32,6 +34,13 @@ def test_each_example_changes_the_plain_script_by_an_import_and_one_line():
 
 
 def final_line(script: str, tmp_path: Path, **env: str) -> str:
+    """The example's last line under torchrun, after checking that it ended well and that
+    neither rank had a thread of gloo's left when the interpreter started to finalize: such
+    a thread aborts a rare run ("terminate called without an active exception", see
+    exit_threads/sitecustomize.py), and it is there on every run that risks it."""
+    threads = tmp_path / f"threads-{script}"
+    threads.mkdir()
+    path = os.pathsep.join(p for p in (str(EXIT_THREADS), os.environ.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     run = subprocess.run(
         [*cmd, str(EXAMPLES / script), "--steps", "12"],
@@ -39,9 +48,14 @@ def final_line(script: str, tmp_path: Path, **env: str) -> str:
         capture_output=True,
         text=True,
         timeout=240,
-        env={**os.environ, **env},
+        env={**os.environ, **env, "PYTHONPATH": path, "LPTRAIN_EXIT_THREADS": str(threads)},
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    at_exit = {f.name.split("-")[0]: f.read_text().split() for f in threads.glob("*.txt")}
+    assert {"0", "1"} <= at_exit.keys(), f"{script}: no list of threads from every rank: {sorted(at_exit)}"
+    for rank in ("0", "1"):
+        gloo = [name for name in at_exit[rank] if "gloo" in name]
+        assert not gloo, f"{script}, rank {rank}: gloo's threads alive at the interpreter's exit: {gloo}"
     return [line for line in run.stdout.splitlines() if line.startswith("final loss")][-1]
 
 
