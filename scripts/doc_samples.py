@@ -156,13 +156,20 @@ def retime(text: str, chosen: list[TimedCommand], runner: Callable[[str], float]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("documents", nargs="*", help="README.md or docs/NAME.md (default: every one)")
-    parser.add_argument("--only", default="", help="only the samples whose command contains this text")
-    parser.add_argument("--list", action="store_true", help="list the samples and the time their prompts state")
+    parser.add_argument("--only", default="", help="only the samples and marked commands whose command contains this text")
+    parser.add_argument("--list", action="store_true", help="list the samples and marked commands, and the time each states")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds one command may take (default 1200)")
     args = parser.parse_args(argv)
     unknown = [d for d in args.documents if d not in DOCUMENTS]
     if unknown:
         parser.error(f"{unknown[0]} is not one of the documents: {', '.join(DOCUMENTS)}")
+    measured: dict[str, float] = {}  # a command two documents mark (README's and its guide's) runs once
+
+    def timer(command: str) -> float:
+        if command not in measured:
+            measured[command] = time_command(command, args.timeout)
+        return measured[command]
+
     for document in args.documents or DOCUMENTS:
         text = (ROOT / document).read_text()
         chosen = [s for s in samples(document, text) if args.only in s.command]
@@ -177,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         new = retime(
             new,
             timed,
-            lambda command: time_command(command, args.timeout),
+            timer,
             today=datetime.date.today().isoformat(),
             machine=briefly(),
         )
