@@ -156,8 +156,8 @@ def retime(text: str, chosen: list[TimedCommand], runner: Callable[[str], float]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("documents", nargs="*", help="README.md or docs/NAME.md (default: every one)")
-    parser.add_argument("--only", default="", help="only the samples and marked commands whose command contains this text")
-    parser.add_argument("--list", action="store_true", help="list the samples and marked commands, and the time each states")
+    parser.add_argument("--only", default="", help="only the samples and time: marks whose command holds this")
+    parser.add_argument("--list", action="store_true", help="list the samples and time: marks, with their times")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds one command may take (default 1200)")
     args = parser.parse_args(argv)
     unknown = [d for d in args.documents if d not in DOCUMENTS]

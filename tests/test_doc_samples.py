@@ -93,3 +93,12 @@ def test_a_timed_command_that_fails_stops_the_script_naming_it():
     chosen = doc_samples.timed_commands("README.md", DOCUMENT)
     with pytest.raises(SystemExit, match=r"README.md:3: lptrain-cluster --nodes 4 -- lptrain-bench: exit code 5"):
         doc_samples.retime(DOCUMENT, chosen, runner, today="2026-12-05", machine="AMD EPYC")
+
+
+def test_list_shows_the_long_commands_with_the_time_they_state(capsys):
+    """README's emulated-cluster command is long (minutes): it carries a time: mark, and
+    --list says what the mark states."""
+    doc_samples.main(["README.md", "--list"])
+    listed = capsys.readouterr().out.splitlines()
+    cluster = [row for row in listed if "lptrain-cluster --nodes 4 --link 200mbit --" in row]
+    assert len(cluster) == 1 and "  (time: " in cluster[0], listed
