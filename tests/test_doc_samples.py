@@ -3,6 +3,8 @@ the command's own output, without torchrun's banner (which opens with a blank li
 
 from __future__ import annotations
 
+import pytest
+
 import doc_samples
 from doctools.samples import Sample, refreshed
 
@@ -35,3 +37,68 @@ def test_the_lines_after_the_last_ellipsis_are_the_outputs_last_lines():
     shown = ["# size algo time", "1M lp 10.0", "...", "16M gloo 20.0"]
     output = ["# size algo time", "1M lp 11.0", "1M gloo 12.0", "16M lp 13.0", "16M gloo 14.0", ""]
     assert refreshed(shown, output) == ["# size algo time", "1M lp 11.0", "...", "16M gloo 14.0"]
+
+
+DOCUMENT = """\
+| to | run |
+|---|---|
+| emulate a cluster | `lptrain-cluster --nodes 4 -- lptrain-bench` (time: ?) |
+| predict | `lptrain-sim predict` |
+
+```bash
+lptrain-cluster --help
+lptrain-cluster --nodes 8 -- \\
+    lptrain-bench --op all  # time: 2026-01-01, Old CPU, 2 threads, no GPU, torch 2.0: 9 s
+python scripts/x.py --links   # time: ?
+```
+
+```
+$ lptrain  # 2026-01-01, Old CPU: 9 s
+done  # time: ?
+```
+"""
+
+
+def test_a_marked_command_is_run_and_its_time_written_in_its_mark():
+    """Only the marked commands run (continuations joined, a sample's lines left alone), and
+    each mark then states the date, the machine and the wall clock, a stated one again."""
+    ran: list[str] = []
+
+    def runner(command: str) -> float:
+        ran.append(command)
+        return 70.4
+
+    chosen = doc_samples.timed_commands("README.md", DOCUMENT)
+    assert [t.stated for t in chosen] == ["?", "2026-01-01, Old CPU, 2 threads, no GPU, torch 2.0: 9 s", "?"]
+    text = doc_samples.retime(DOCUMENT, chosen, runner, today="2026-12-05", machine="AMD EPYC, 2 threads")
+    assert ran == [
+        "lptrain-cluster --nodes 4 -- lptrain-bench",
+        "lptrain-cluster --nodes 8 -- lptrain-bench --op all",
+        "python scripts/x.py --links",
+    ]
+    stamp = "2026-12-05, AMD EPYC, 2 threads: 1 min 10 s"
+    expected = (
+        DOCUMENT.replace("(time: ?)", f"(time: {stamp})")
+        .replace("# time: 2026-01-01, Old CPU, 2 threads, no GPU, torch 2.0: 9 s", f"# time: {stamp}")
+        .replace("--links   # time: ?", f"--links   # time: {stamp}")
+    )
+    assert text == expected
+    assert [t.stated for t in doc_samples.timed_commands("README.md", text)] == [stamp] * 3
+
+
+def test_a_timed_command_that_fails_stops_the_script_naming_it():
+    def runner(command: str) -> float:
+        raise doc_samples.CommandFailed("exit code 5")
+
+    chosen = doc_samples.timed_commands("README.md", DOCUMENT)
+    with pytest.raises(SystemExit, match=r"README.md:3: lptrain-cluster --nodes 4 -- lptrain-bench: exit code 5"):
+        doc_samples.retime(DOCUMENT, chosen, runner, today="2026-12-05", machine="AMD EPYC")
+
+
+def test_list_shows_the_long_commands_with_the_time_they_state(capsys):
+    """README's emulated-cluster command is long (minutes): it carries a time: mark, and
+    --list says what the mark states."""
+    doc_samples.main(["README.md", "--list"])
+    listed = capsys.readouterr().out.splitlines()
+    cluster = [row for row in listed if "lptrain-cluster --nodes 4 --link 200mbit --" in row]
+    assert len(cluster) == 1 and "  (time: " in cluster[0], listed
