@@ -9,14 +9,7 @@ Two ways in, either one line:
   ``lptrain_be`` and ``lptrain_ring``).
 """
 
-# Imported with lptrain.ddp, so before a script that imports it at its top joins a group:
-# torch.distributed.nn's functions take group.WORLD as a default argument, read once when the
-# module is first imported (torch.optim's first optimizer imports it). Imported after the group
-# exists, they would hold it past destroy_process_group(), and gloo's threads with it, into the
-# interpreter's exit, where such a thread can abort the process (CPython gh-87135,
-# pybind11#2215; tests/test_teardown.py).
-import torch.distributed.nn  # noqa: F401
-
+import lptrain.comm.group_teardown  # noqa: F401 (before a script that imports lptrain.ddp joins its group)
 from lptrain.ddp.backend import LPProcessGroup, backend_names, register_backends
 from lptrain.ddp.hook import LPHookState, hook, state
 

@@ -22,14 +22,11 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
-# Imported before the group is joined: torch.distributed.nn's functions take group.WORLD as a
-# default argument, read once when the module is first imported (torch.optim's first optimizer
-# imports it). Imported after joining, they would hold the group past finish()'s
-# destroy_process_group, and gloo's threads with it, into the interpreter's exit, where such a
-# thread can abort the process (CPython gh-87135, pybind11#2215; tests/test_teardown.py).
-import torch.distributed.nn  # noqa: F401
-
-from lptrain.comm import bounded, liveness
+from lptrain.comm import (
+    bounded,
+    group_teardown,  # noqa: F401 (imported before any group is joined)
+    liveness,
+)
 from lptrain.comm.distributed import peer_failure
 from lptrain.train.parent import stop_with_launcher
 
@@ -148,7 +145,7 @@ def same_everywhere(tensor: torch.Tensor) -> bool:
 def finish() -> None:
     """Leave the process group together (a barrier first, so that no rank tears its side
     down while another still sends). lptrain's communicators hold the group weakly and
-    torch.distributed.nn was imported before it (see the import above), so the group and
+    torch.distributed.nn was imported before it (``lptrain.comm.group_teardown``), so the group and
     gloo's threads end here and not at interpreter exit, where gloo aborts some of the time
     ("terminate called without an active exception")."""
     if dist.is_initialized():
