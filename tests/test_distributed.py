@@ -196,6 +196,47 @@ def test_a_link_cost_comes_from_a_small_and_a_large_exchange():
     )
 
 
+def test_lp_blocks_on_a_slow_link_are_what_it_carries_in_a_few_ms_not_a_segment():
+    """On a slow link a chain's fill costs P - 2 blocks of link time, and a message's cost
+    overlaps the transfer: LP's automatic block is what the link carries in 5 ms (128 KiB at
+    200 Mbit/s, half the 256 KiB segment), not the cost model's block floored at the segment,
+    which measured 1.48 n/B against 1.15 for a 4 MiB broadcast on 16 emulated nodes."""
+    from lptrain.comm.algorithms import schedule_builders
+    from lptrain.comm.build import link_sizing
+    from lptrain.comm.distributed import segment_bytes
+    from lptrain.comm.transport import LinkCost
+
+    slow = LinkCost(1.7e-3, 1 / 25e6)  # 200 Mbit/s as lptrain-cluster's ports measure
+    n = 4 << 20
+
+    def blocks(link, world, op="broadcast", fixed=None) -> int:
+        builders, _ = schedule_builders("lp", world, {}, link_sizing(link, fixed, world, on_cpu=True))
+        steps = builders[op](world, n // 4, 0, 4).num_steps
+        fill = 2 * world - 3 if op == "allreduce" else world - 2
+        return steps - fill
+
+    assert segment_bytes(None, n, 8, slow) == 256 << 10
+    assert blocks(slow, 8) == blocks(slow, 16) == n // (128 << 10)
+    assert blocks(slow, 8, "reduce") == blocks(slow, 8, "allreduce") == n // (128 << 10)
+    assert blocks(slow, 8, fixed=256 << 10) == n // (256 << 10)  # a fixed segment stays the floor
+    fast = LinkCost(100e-6, 1 / 1.8e9)  # loopback: the CPU sets the time, blocks stay large
+    assert blocks(fast, 8) <= n // (1 << 20)
+
+
+def test_the_simulator_prices_lp_at_the_block_the_executor_runs_on_a_measured_link():
+    """auto prices LP at the block the executor would run: on a model measured across
+    processes (overlapped) at 200 Mbit/s, the link's 128 KiB block; on a model of GPUs in one
+    process the cost model's."""
+    from lptrain.sim.predict import lp_block_bytes
+    from lptrain.sim.topology import oneport
+
+    measured = oneport(8, bandwidth=25e6, latency=1e-4, overhead=1.7e-3)
+    measured.overlapped, measured.link_rate = True, 25e6
+    assert lp_block_bytes(measured, 4 << 20, "broadcast") == 128 << 10
+    assert lp_block_bytes(measured, 16 << 20, "allreduce") == 128 << 10
+    assert lp_block_bytes(oneport(8), 4 << 20, "broadcast") >= 256 << 10
+
+
 def test_lp_blocks_across_processes_are_no_smaller_than_a_segment():
     """The executor pipelines a transfer by segments already: LP's automatic block is floored
     at the segment, and a larger model block is kept."""

@@ -31,6 +31,7 @@ from lptrain.comm.distributed import (
     DEFAULT_TIMEOUT_S,
     DistributedCommunicator,
     checked_timeout,
+    link_rate,
     named_peer_failure,
     parse_segment_size,
     segment_bytes,
@@ -38,7 +39,8 @@ from lptrain.comm.distributed import (
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.nccl import NcclCommunicator
 from lptrain.comm.peer_kernel import check_reduce_kernel
-from lptrain.comm.transport import link_of
+from lptrain.comm.program import pipeline_block_bytes
+from lptrain.comm.transport import LinkCost, link_of
 
 CONCRETE = (*SCHEDULES, "nccl")  # the communicators comm builds itself
 # Accepted across processes for schedules so that one configuration serves both executors,
@@ -116,6 +118,22 @@ def sized_for_link(
     return (*segments, *blocks)
 
 
+def link_sizing(link: LinkCost | None, fixed_segment: int | None, world: int, on_cpu: bool) -> Sizing:
+    """What automatic pieces across processes are sized by: the measured ``link`` (else the
+    host's or PCIe's figures), floored at the executor's segment and, with
+    ``segment_size=auto`` on a slow link, a chain's block as that link sets it."""
+    figures = Sizing(link.alpha_s, link.beta_s_per_byte) if link is not None else HOST if on_cpu else PCIE
+    # The executor runs each transfer as segments, each forwarded down the chain the moment it
+    # is in: the segments already pipeline, so on a fast link a block below a segment only
+    # adds messages, and each costs CPU the model's alpha (the fastest exchange) leaves out. On
+    # 4 gloo processes sharing two cores LP's blocks floored at the segment took 36.7 ms for a
+    # 16 MiB allreduce where the model's 1.8 MiB blocks took 41.9 (2-core machine, 2026-12-03).
+    sizing = figures.floored(lambda nbytes: segment_bytes(fixed_segment, nbytes, world, link))
+    if fixed_segment is not None:  # a fixed segment_size keeps a chain's blocks at least one segment
+        return sizing
+    return sizing.on_link(pipeline_block_bytes(link_rate(link)))
+
+
 def build_across_processes(name: str, group: Any, **options: Any) -> DistributedCommunicator:
     """Communicator ``name`` over the ranks of ``group``, one tensor per rank; ``nccl`` here
     is the backend's own collective."""
@@ -141,13 +159,7 @@ def build_across_processes(name: str, group: Any, **options: Any) -> Distributed
         bound = checked_timeout(common.get("timeout_s", DEFAULT_TIMEOUT_S))  # each wait of the measurement
         with named_peer_failure(f"rank {dist.get_rank(group)}: measuring the transport at start failed"):
             link = link_of(group, device, bound)
-    figures = Sizing(link.alpha_s, link.beta_s_per_byte) if link is not None else HOST if on_cpu else PCIE
-    # The executor runs each transfer as segments, each forwarded down the chain the moment it
-    # is in: the segments already pipeline, so a block below a segment only adds messages, and
-    # each costs CPU the model's alpha (the fastest exchange) leaves out. On 4 gloo processes
-    # sharing two cores LP's blocks floored at the segment took 36.7 ms for a 16 MiB allreduce
-    # where the model's 1.8 MiB blocks took 41.9 (2-core machine, 2026-12-03).
-    sizing = figures.floored(lambda nbytes: segment_bytes(fixed, nbytes, world, link))
+    sizing = link_sizing(link, fixed, world, on_cpu)
     builders, _ = schedule_builders(name, world, options, sizing)
     return DistributedCommunicator(
         name, group, builders, **common, link=link, sized_for_link=sized, issue_order=issue_orders(name)

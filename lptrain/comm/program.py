@@ -26,7 +26,7 @@ may overlap:
 How large the segments are and whether sends are paced follow the link as measured at
 start (``auto_segment_bytes``, ``pacing_rate``), for both as well: on a slow link a
 message's CPU cost is small beside its transfer, so messages are cut to what the link
-carries in 10 ms and sends are paced at its rate; on a fast one (loopback, shared memory)
+carries in 10 ms (a chain's blocks in 5 ms) and sends are paced at its rate; on a fast one (loopback, shared memory)
 the CPU sets the time, so a message is a rank's share of a step (1 to 4 MiB) and nothing is
 paced.
 """
@@ -58,6 +58,23 @@ AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
 # get a core, and read 3 ms where the quiet machine read 0.13).
 LINK_SEGMENT_SECONDS = 0.01
 MIN_LINK_SEGMENT_BYTES = 64 << 10
+# A pipelined chain's block (LP's ``block_size=auto``) on a slow link: what the link carries in
+# 5 ms (a power of two, at least 32 KiB), half a segment. The chain's fill is P - 2 blocks,
+# each a block's time on the link, so the block should be small; but every block is a message
+# on each rank, and with many ranks on few cores each message costs more than its transfer
+# hides. On the emulated star at 200 Mbit/s (lptrain-cluster, 2-core machine, 2026-12-05,
+# `lptrain-bench --op broadcast|reduce -b 4M -e 16M -f 4 --algo lp --lp-block
+# auto,128K,64K,32K,16K`, auto being 256 KiB then), in n/B: P = 16, 4 MiB broadcast 1.48
+# (256K), 1.15 (128K), 1.31 (64K), 1.75 (32K), 2.90 (16K); reduce 1.46, 1.19, 1.45, 2.09,
+# 4.49; 16 MiB broadcast 1.14, 1.10, 1.26; reduce 1.21, 1.20, 1.64. P = 8, 4 MiB broadcast
+# 1.19, 1.10, 1.11, 1.24; reduce 1.18, 1.09, 1.14, 1.46; 16 MiB broadcast 1.07, 1.04, 1.06;
+# reduce 1.12, 1.11, 1.22. A message's cost there overlaps the transfer of the one before
+# (a step costs the larger of the two, not their sum), so the cost model's square-root block
+# (``lptrain.comm.algorithms.lp.optimal_block_bytes``, a cost added to every step) does not
+# apply; below a few of a message's costs (1 to 2 ms with 8 to 16 processes on 2 cores) a
+# smaller block loses far more than a larger one gains.
+PIPELINE_BLOCK_SECONDS = 0.005
+MIN_PIPELINE_BLOCK_BYTES = 32 << 10
 # A fast link: one that moves bytes at least about as fast as a core adds float32 arrays
 # (about 2 GB/s here; loopback gloo measured 1.3 to 3.6 GB/s, a 10 Gbit/s port is 1.25) leaves
 # the CPU, not the link, setting the time, and no queue builds up on it that pacing would have
@@ -86,6 +103,16 @@ def auto_segment_bytes(nbytes: int, world_size: int, bytes_per_s: float | None =
         return share
     carried = max(LINK_SEGMENT_SECONDS * bytes_per_s, 1)
     return min(share, max(MIN_LINK_SEGMENT_BYTES, 1 << max(0, math.ceil(math.log2(carried)))))
+
+
+def pipeline_block_bytes(bytes_per_s: float | None) -> int | None:
+    """LP's automatic block on a link measured at ``bytes_per_s``: on a slow link what it
+    carries in ``PIPELINE_BLOCK_SECONDS`` (a power of two, at least ``MIN_PIPELINE_BLOCK_BYTES``);
+    None on a fast link or none measured, where the cost model and the segment size it."""
+    if bytes_per_s is None or fast_link(bytes_per_s):
+        return None
+    carried = max(PIPELINE_BLOCK_SECONDS * bytes_per_s, 1)
+    return max(MIN_PIPELINE_BLOCK_BYTES, 1 << max(0, math.ceil(math.log2(carried))))
 
 
 def pacing_rate(bytes_per_s: float | None) -> float:

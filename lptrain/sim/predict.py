@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 from lptrain.comm.algorithms import WITH_VARIANTS, lp, option_names, schedule_builders
 from lptrain.comm.algorithms.options import PCIE, Sizing
+from lptrain.comm.program import pipeline_block_bytes
 from lptrain.comm.schedule import Schedule
+from lptrain.sim.dataflow import measured_rate
 from lptrain.sim.simulator import Prediction, simulate
 from lptrain.sim.topology import Topology
 
@@ -23,7 +25,11 @@ def sizing_of(topology: Topology) -> Sizing:
     if topology.world_size < 2:
         return PCIE  # one rank: nothing is sent, any figures do
     link = topology.route(0, 1)[0]
-    return Sizing(topology.overhead + link.latency, 1 / link.bandwidth)
+    sizing = Sizing(topology.overhead + link.latency, 1 / link.bandwidth)
+    if not topology.overlapped:
+        return sizing
+    # measured across processes: a chain's blocks follow the link the executor measured
+    return sizing.on_link(pipeline_block_bytes(topology.link_rate or measured_rate(topology)))
 
 
 def lp_block_bytes(topology: Topology, nbytes: int, op: str = "broadcast", mode: str = "overlapped") -> int:

@@ -107,8 +107,12 @@ OPTIONS = LpOptions()
 
 def auto_block_bytes(op: str, world_size: int, nbytes: int, mode: str, sizing: Sizing) -> int:
     """``block_size=auto``: the cost model's block for ``op`` on an ``nbytes`` message with
-    the link figures of ``sizing``, no smaller than its floor (across processes, a segment)."""
+    the link figures of ``sizing``, no smaller than its floor (across processes, a segment);
+    on a slow link, where the chain has a pipeline to fill, the link's block
+    (``Sizing.link_block``, ``lptrain.comm.program.pipeline_block_bytes`` says why)."""
     fill = pipeline_fill(op, world_size, mode)
+    if sizing.link_block is not None and fill > 0:
+        return sizing.link_block
     block = optimal_block_bytes(nbytes, world_size, sizing.alpha_s, sizing.beta_s_per_byte, fill)
     return block if sizing.min_block is None else max(block, sizing.min_block(nbytes))
 

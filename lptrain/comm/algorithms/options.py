@@ -24,15 +24,23 @@ from typing import Any
 class Sizing:
     """The figures an algorithm sizes its pieces by: the cost of one message, the time per
     byte on a link, and (across processes) a floor under an automatic piece as a function
-    of the message's bytes (the executor's segment: a smaller block only adds messages)."""
+    of the message's bytes (the executor's segment: on a fast link a smaller block only adds
+    messages). ``link_block``: on a slow link, a pipelined chain's block
+    (``lptrain.comm.program.pipeline_block_bytes``), which replaces the cost model's and the
+    floor there, since a message's cost overlaps the link's transfer."""
 
     alpha_s: float
     beta_s_per_byte: float
     min_block: Callable[[int], int] | None = None
+    link_block: int | None = None
 
     def floored(self, min_block: Callable[[int], int] | None) -> Sizing:
         """The same figures with ``min_block`` as the floor."""
-        return Sizing(self.alpha_s, self.beta_s_per_byte, min_block)
+        return Sizing(self.alpha_s, self.beta_s_per_byte, min_block, self.link_block)
+
+    def on_link(self, link_block: int | None) -> Sizing:
+        """The same figures with ``link_block`` as a pipelined chain's block."""
+        return Sizing(self.alpha_s, self.beta_s_per_byte, self.min_block, link_block)
 
 
 # GPUs in one process: PCIe Gen3 as in the paper (alpha ~ 15 us, ~11 GB/s).
