@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="4M,16M", help="the benchmark's message sizes (from,to: -b and -e, x4 apart)")
     p.add_argument(
         "--only",
-        default="bench,racks,ddp,train",
+        default="bench,racks,ddp,train,rates",
         help=f"parts to measure again, of {', '.join(ex.PARTS)} (auto: the old tuned comm=auto on 4 nodes)",
     )
     p.add_argument("--rack-nodes", type=_nodes, default=[4, 8], help="node counts of the racks grid")

@@ -109,3 +109,18 @@ def test_be_is_held_to_its_own_programs_one_port_model_at_every_p():
     assert tb.one_port_model("reduce", 5) == "LP 1, BE 2.50, MST 3"
     assert tb.one_port_model("broadcast", 12) == "LP 1, BE 2.75, MST 4"
     assert tb.one_port_model("allreduce", 5) == "ring 1.60, BE 3.50, LP ~2"
+
+
+def test_the_second_rate_table_puts_each_algorithms_n_over_b_at_both_rates_side_by_side():
+    assert ex.half_rate("200mbit") == "100000kbit"
+    fast = (1 << 20) / 25e6 * 1e6  # n/B at 200mbit, in us
+    data = _data([_row("broadcast", "lp", 8, time_us=1.05 * fast), _row("broadcast", "ring", 8, time_us=1.75 * fast)])
+    data["rates"] = [
+        _row("broadcast", "lp", 8, time_us=2 * 1.10 * fast, link="100000kbit", link_bytes_per_s=12.5e6),
+        _row("broadcast", "ring", 8, time_us=2 * 1.75 * fast, link="100000kbit", link_bytes_per_s=12.5e6),
+    ]
+    lines = tb.rates_table(data, 1 << 20)
+    assert "| broadcast | lp | 1.05 | 1.10 | 1.05 |" in lines, lines
+    assert "| broadcast | ring | 1.75 | 1.75 | 1.00 |" in lines, lines
+    assert tb.rates_spread(data, 1 << 20) == pytest.approx((1.0, 1.05))
+    assert tb.rates_table(_data([]), 1 << 20) == []  # not measured: no table

@@ -103,6 +103,33 @@ def time_vs_p_table(data: dict, op: str, size: int) -> list[str]:
     return table(["P", *map(_column, TABLE_ALGOS), "auto ran", "auto / gloo"], body)
 
 
+def rates_table(data: dict, size: int) -> list[str]:
+    """The star at ``RATE_NODES`` at the experiment's rate and at the second rate
+    (``data["rates"]``), each algorithm's n/B side by side and their ratio: where the link
+    sets the times, the same multiple of n/B at either rate."""
+    second = data.get("rates") or []
+    if not second:
+        return []
+    p = second[0]["nodes"]
+    first = {(r["op"], r["algo"]): n_over_b(r) for r in rows_of(data) if r["nodes"] == p and r["size"] == size}
+    slow = {(r["op"], r["algo"]): r["time_us"] / 1e6 / (r["size"] / r["link_bytes_per_s"]) for r in second
+            if r["size"] == size}  # fmt: skip
+    body = []
+    for op in OPS:
+        for algo in TABLE_ALGOS:
+            if algo != "auto" and (op, algo) in first and (op, algo) in slow:
+                a, b = first[(op, algo)], slow[(op, algo)]
+                body.append([op, _column(algo), f"{a:.2f}", f"{b:.2f}", f"{b / a:.2f}"])
+    links = (data["conditions"]["link"], second[0]["link"])
+    return table(["op", "algo", f"n/B at {links[0]}", f"n/B at {links[1]}", "ratio"], body)
+
+
+def rates_spread(data: dict, size: int) -> tuple[float, float] | None:
+    """The lowest and highest ratio of n/B at the second rate over the first (None: not measured)."""
+    ratios = [float(line.split("|")[5]) for line in rates_table(data, size)[2:]]
+    return (min(ratios), max(ratios)) if ratios else None
+
+
 def span(data: dict, algo: str, op: str, size: int) -> tuple[float, float, list[int]]:
     """The smallest and largest n/B of ``algo``'s ``op`` over the star's node counts, and those counts."""
     rows = [r for r in rows_of(data) if r["algo"] == algo and r["op"] == op and r["size"] == size]
