@@ -8,6 +8,8 @@ import pytest
 from doctools import cluster_experiment as ex
 from doctools import cluster_model as model
 from doctools import cluster_tables as tb
+from lptrain.comm.algorithms import lp
+from lptrain.sim.dataflow import simulate_dataflow
 
 RACKS = ex.Layout(2, "1/2")
 
@@ -55,6 +57,22 @@ def test_an_auto_row_is_priced_as_what_it_chose_its_block_from_the_lp_row_where_
     assert model.run_of(ring, [ring]) == model.Run("ring", None, None)
     assert model.simulate(ring, 25e6, 0.0) == pytest.approx(model.simulate(_row("allreduce", "ring", 4), 25e6, 0.0))
     assert model.run_of(_row("allreduce", "gloo", 4), []) is None  # the backend's own: no schedule to price
+
+
+def test_a_row_is_priced_on_the_token_buckets_its_ports_were_shaped_with():
+    """lptrain-cluster shapes every port and uplink with a bucket of 128 KiB at 200mbit
+    (lptrain.cluster.plan); the row's topology says so, and LP's pipeline priced on it
+    is faster than on real links by part of its fill."""
+    from lptrain.sim.topology import oneport
+
+    for layout in (ex.STAR, RACKS):
+        assert model.topology_of(_row("broadcast", "lp", 8, layout), 25e6, 0.0).burst_bytes == 128 << 10
+    row = _row("broadcast", "lp", 8, size=4 << 20, count=1 << 20, segment=256 << 10, block=256 << 10)
+    shaped = model.simulate(row, 25e6, 0.0)
+    real = simulate_dataflow(lp.broadcast(8, 1 << 20, 0, block=1 << 16), oneport(8, 25e6, 0.0, 0.0, 0.0), 1 << 16,
+                             order=lp.ISSUE_ORDER["broadcast"])  # fmt: skip
+    segment = (256 << 10) / 25e6
+    assert real - shaped == pytest.approx(6 / 2 * segment + segment / 2, rel=1e-6)  # half of each hop's fill
 
 
 def _data(rows: list[dict]) -> dict:

@@ -49,8 +49,9 @@ class Topology:
     ``overlapped`` says the endpoints' cost of a message is paid while the links carry
     the last one (the multi-process executor posts its receives ahead and issues each
     segment as soon as its data is in), so a step costs the larger of the two, not their
-    sum (``lptrain.sim.simulator``). Routes are computed on demand, so machines of
-    thousands of devices stay cheap.
+    sum (``lptrain.sim.simulator``). ``burst_bytes`` makes every link a token bucket,
+    as an emulator's shaper is (``lptrain.sim.dataflow``; the step model leaves it out).
+    Routes are computed on demand, so machines of thousands of devices stay cheap.
     """
 
     name: str
@@ -68,6 +69,11 @@ class Topology:
     # where no group stands out. What a rank order keeps together (lptrain.auto).
     groups: tuple[tuple[int, ...], ...] | None = None
     layout: str = ""  # one phrase for describe: the racks and their uplinks
+    # Every link a token bucket of this many bytes at its rate (lptrain-cluster's shaped
+    # ports: lptrain.cluster.plan's burst), where an idle link refills it and a message's
+    # first bytes pass at once (lptrain.sim.dataflow prices it). 0: real links, which send
+    # no byte faster than their rate.
+    burst_bytes: float = 0.0
     _cache: dict[tuple[int, int], tuple[Link, ...]] = field(default_factory=dict, repr=False)
 
     def route(self, src: int, dst: int) -> tuple[Link, ...]:
@@ -130,16 +136,22 @@ def oneport(
     latency: float = PCIE_HOP_LATENCY,
     overhead: float = GPU_OVERHEAD,
     gamma: float = GPU_GAMMA,
+    burst_bytes: float = 0.0,
 ) -> Topology:
     """One send port and one receive port per device, nothing shared beyond them.
 
     The single-port alpha-beta model: a device may send one message and receive one at
     the same time at full bandwidth; several messages leaving (or entering) one device in
     a step share its port. ``private`` is multi-port instead (a link per pair: a device
-    may send to all its peers at once at full bandwidth each).
+    may send to all its peers at once at full bandwidth each). ``burst_bytes``: each port
+    a token bucket of that size (an emulated port; ``Topology.burst_bytes``).
     """
     link = _Links(bandwidth, latency)
-    return Topology("oneport", p, overhead, gamma, lambda a, b: (link(f"{a}.out"), link(f"{b}.in", latency=0.0)))
+
+    def route(a: int, b: int) -> tuple[Link, ...]:
+        return (link(f"{a}.out"), link(f"{b}.in", latency=0.0))
+
+    return Topology("oneport", p, overhead, gamma, route, burst_bytes=burst_bytes)
 
 
 def nvlink(
@@ -272,12 +284,14 @@ def racks(
     overhead: float = GPU_OVERHEAD,
     gamma: float = GPU_GAMMA,
     placement: str | Sequence[int] = "contiguous",
+    burst_bytes: float = 0.0,
 ) -> Topology:
     """One port per device (``oneport``), the devices in racks, every rack joined to rack 0 by
     an uplink of ``uplink_bandwidth`` each way (default: a port's): the layout of
     ``lptrain-cluster --layout racks`` (traffic between two racks other than 0 crosses both
     of their uplinks). ``placement`` says which rank is in which rack (``rack_placement``;
-    with a list, ``racks`` follows from it)."""
+    with a list, ``racks`` follows from it). ``burst_bytes``: every port and uplink a token
+    bucket of that size, as lptrain-cluster shapes each of them (``Topology.burst_bytes``)."""
     rack_of = rack_placement(p, racks, placement)
     count = max(rack_of, default=0) + 1
     uplink = uplink_bandwidth or bandwidth
@@ -297,7 +311,8 @@ def racks(
     groups = tuple(tuple(a for a in range(p) if rack_of[a] == r) for r in range(count))
     layout = f"{count} racks " + " ".join("[" + " ".join(map(str, g)) + "]" for g in groups)
     layout += f", uplinks {uplink / bandwidth:.3g} of a port"
-    return Topology("racks", p, overhead, gamma, route, groups=groups if count > 1 else None, layout=layout)
+    return Topology("racks", p, overhead, gamma, route, groups=groups if count > 1 else None, layout=layout,
+                    burst_bytes=burst_bytes)  # fmt: skip
 
 
 def host(

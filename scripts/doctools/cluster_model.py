@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from doctools.cluster_experiment import SCHEDULE_ALGOS, STAR, layout_of
 from lptrain.comm.algorithms import WITH_VARIANTS
+from lptrain.sim.topology import Topology
 
 FRACTIONS = [0.90 + 0.005 * i for i in range(21)]  # of the nominal rate: TCP's payload, the shaper's bucket
 OVERHEADS = [0.0, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3]  # seconds per message
@@ -74,22 +75,31 @@ def simulate(row: dict, bandwidth: float, overhead: float, rows: list[dict] | No
     from lptrain.comm.algorithms import issue_order
     from lptrain.sim.dataflow import simulate_dataflow
     from lptrain.sim.predict import schedule_for
-    from lptrain.sim.topology import oneport, racks
 
     rows = rows if rows is not None else [row]
     run = run_of(row, rows)
     if run is None:
         return None
-    p = row["nodes"]
-    schedule = schedule_for(run.algo, row["op"], p, row["count"], 4, block_bytes=run.block, order=run.order)
-    layout = layout_of(row)
-    if layout == STAR:
-        topology = oneport(p, bandwidth=bandwidth, latency=0.0, overhead=overhead, gamma=0.0)
-    else:
-        topology = racks(p, layout.racks, bandwidth, bandwidth * layout.uplink_fraction, 0.0, overhead, 0.0,
-                         layout.placement)  # fmt: skip
+    schedule = schedule_for(run.algo, row["op"], row["nodes"], row["count"], 4, block_bytes=run.block, order=run.order)
     segment = _segment(row, rows)
+    topology = topology_of(row, bandwidth, overhead)
     return simulate_dataflow(schedule, topology, max(1, segment // 4), order=issue_order(run.algo, row["op"]))
+
+
+def topology_of(row: dict, bandwidth: float, overhead: float) -> Topology:
+    """The row's emulated cluster as the simulator's topology: its layout (star or racks),
+    the port at ``bandwidth``, ``overhead`` s per message, and every port and uplink the
+    token bucket lptrain-cluster shaped it with (``lptrain.cluster.plan.Shaping``'s burst at
+    the nominal rate: 128 KiB at 200mbit), which lets an idle port pass that much at once."""
+    from lptrain.cluster.plan import Shaping
+    from lptrain.sim.topology import oneport, racks
+
+    p, layout = row["nodes"], layout_of(row)
+    burst = Shaping("node", "eth0", round(row["link_nominal"] * 8)).burst_bytes
+    if layout == STAR:
+        return oneport(p, bandwidth=bandwidth, latency=0.0, overhead=overhead, gamma=0.0, burst_bytes=burst)
+    return racks(p, layout.racks, bandwidth, bandwidth * layout.uplink_fraction, 0.0, overhead, 0.0, layout.placement,
+                 burst_bytes=burst)  # fmt: skip
 
 
 def _fit_rows(rows: list[dict]) -> list[dict]:
