@@ -37,9 +37,40 @@ def test_calibration_recovers_the_machine_that_made_the_rows_star_and_racks():
     rows = _rows(0.95 * 25e6, 5e-4)
     bandwidth, overhead = model.calibrate(rows)
     assert bandwidth == pytest.approx(0.95 * 25e6) and overhead == pytest.approx(5e-4)
-    _, _, predicted = model.predictions(rows)
+    fit, predicted = model.predictions(rows)
+    assert fit.crowd_nodes is None and fit.crowding == 0.0  # no host's cores recorded: no crowding to fit
     assert len(predicted) == len(rows) and max(abs(r["error"]) for r in predicted) < 1e-6
-    assert len(model.held_out(predicted)) == len(rows) - 3 * len(ex.SCHEDULE_ALGOS)  # the P = 2 star rows are fitted
+    held = model.held_out(predicted, fit)
+    assert len(held) == len(rows) - 3 * len(ex.SCHEDULE_ALGOS)  # the P = 2 star rows are fitted
+
+
+def test_a_messages_cost_grows_with_the_processes_sharing_each_core():
+    """Every emulated node runs on one host: with one process per core a message costs the
+    two-node figure, and each further process per core adds ``crowding``."""
+    assert model.message_cost(_row("reduce", "lp", 2, cores=2), 1e-4, 5e-5) == pytest.approx(1e-4)
+    assert model.message_cost(_row("reduce", "lp", 8, cores=2), 1e-4, 5e-5) == pytest.approx(1e-4 + 3 * 5e-5)
+    assert model.message_cost(_row("reduce", "lp", 16, cores=2), 1e-4, 5e-5) == pytest.approx(1e-4 + 7 * 5e-5)
+    assert model.message_cost(_row("reduce", "lp", 16), 1e-4, 5e-5) == pytest.approx(1e-4)  # cores not recorded
+    small = _row("reduce", "lp", 8, cores=2, block=16 << 10, segment=16 << 10)
+    assert model.simulate(small, 25e6, 1e-4, crowding=2e-4) > 1.2 * model.simulate(small, 25e6, 1e-4)
+
+
+def test_the_crowding_is_fitted_on_the_largest_stars_rows_and_held_against_the_rest():
+    bandwidth, overhead, crowding = 0.95 * 25e6, 1e-4, 1e-4
+    rows = []
+    for p, layout in ((2, ex.STAR), (4, ex.STAR), (8, ex.STAR), (4, RACKS)):
+        for op, algo in (("broadcast", "lp"), ("reduce", "lp"), ("allreduce", "ring")):
+            row = _row(op, algo, p, layout, cores=2, size=256 << 10, count=64 << 10, segment=16 << 10)
+            row["block"] = 16 << 10 if algo == "lp" else None
+            row["time_us"] = model.simulate(row, bandwidth, overhead, crowding=crowding) * 1e6
+            rows.append(row)
+    fit, predicted = model.predictions(rows)
+    assert (fit.bandwidth, fit.overhead, fit.crowding, fit.crowd_nodes) == pytest.approx(
+        (bandwidth, overhead, crowding, 8)
+    )
+    held = model.held_out(predicted, fit)
+    assert {(r["nodes"], ex.layout_of(r)) for r in held} == {(4, ex.STAR), (4, RACKS)}
+    assert max(abs(r["error"]) for r in held) < 1e-6
 
 
 def test_racks_rows_are_priced_on_racks_a_thin_uplink_slows_the_ring_more_than_lp():
