@@ -148,8 +148,9 @@ def _simulator_section(data: dict) -> list[str]:
         "",
         "`lptrain.sim.dataflow` runs each rank's program as the executor does (segments, issue order, one "
         "connection per pair, max-min fair shares of each port and uplink), on the layout measured (star or racks), "
-        "every port and uplink a token bucket as lptrain-cluster shapes it (`Topology.burst_bytes`: an idle port "
-        f"passes its bucket at once, then runs at its rate). {_fitted_words(s)} Every other row is a prediction: "
+        "every node's port a token bucket as lptrain-cluster shapes it (`Link.burst`: an idle port passes its "
+        "bucket at once, then runs at its rate; the racks' uplinks, shaped alike, are priced without theirs). "
+        f"{_fitted_words(s)} Every other row is a prediction: "
         f"median error {s['median']:.0%}, largest {s['max']:.0%} ({w['algo']} {w['op']} at P = {w['nodes']}, "
         f"{layout_of(w).describe()}, {tb.size_label(w['size'])}), over {s['count']} rows; {len(s['over_15'])} rows "
         "above 15%.",
@@ -250,9 +251,9 @@ def _small_blocks_words(misses: list[dict], held: list[dict]) -> str:
     if own:
         blocks = sorted({r["block"] >> 10 for r in own})
         segments = sorted({r["segment"] >> 10 for r in own})
-        words.append(f"LP with its own block ({'/'.join(map(str, blocks))} KiB blocks cut into "
-                     f"{segments[0]} to {segments[-1]} KiB messages) on the same racks sits within "
-                     f"{max(abs(r['error']) for r in own):.0%}.")  # fmt: skip
+        cut = " to ".join(map(str, sorted({segments[0], segments[-1]})))
+        words.append(f"LP with its own block ({'/'.join(map(str, blocks))} KiB blocks cut into {cut} KiB messages) "
+                     f"on the same racks sits within {max(abs(r['error']) for r in own):.0%}.")  # fmt: skip
     words.append(
         "So neither the CPU per message nor LP's chain across the uplinks is missing from the model alone, but "
         "their meeting: small blocks across a thin uplink carrying both directions. Not verified: as with BE's and "

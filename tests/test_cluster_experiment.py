@@ -91,13 +91,17 @@ def test_an_auto_row_is_priced_as_what_it_chose_its_block_from_the_lp_row_where_
 
 
 def test_a_row_is_priced_on_the_token_buckets_its_ports_were_shaped_with():
-    """lptrain-cluster shapes every port and uplink with a bucket of 128 KiB at 200mbit
+    """lptrain-cluster shapes every port with a bucket of 128 KiB at 200mbit
     (lptrain.cluster.plan); the row's topology says so, and LP's pipeline priced on it
     is faster than on real links by part of its fill."""
     from lptrain.sim.topology import oneport
 
     for layout in (ex.STAR, RACKS):
-        assert model.topology_of(_row("broadcast", "lp", 8, layout), 25e6, 0.0).burst_bytes == 128 << 10
+        topology = model.topology_of(_row("broadcast", "lp", 8, layout), 25e6, 0.0)
+        assert topology.route(0, 1)[0].burst == topology.route(0, 1)[-1].burst == 128 << 10
+        assert all(
+            link.burst == 0 for link in model.topology_of(_row("broadcast", "lp", 8), 25e6, 0.0, False).route(0, 1)
+        )
     row = _row("broadcast", "lp", 8, size=4 << 20, count=1 << 20, segment=256 << 10, block=256 << 10)
     shaped = model.simulate(row, 25e6, 0.0)
     real = simulate_dataflow(lp.broadcast(8, 1 << 20, 0, block=1 << 16), oneport(8, 25e6, 0.0, 0.0, 0.0), 1 << 16,

@@ -6,7 +6,7 @@ import pytest
 from lptrain.comm.algorithms import be, lp, mst, ring
 from lptrain.comm.schedule import Kind, Schedule, Transfer
 from lptrain.sim.dataflow import _Flow, fair_rates, simulate_dataflow
-from lptrain.sim.topology import Link, oneport
+from lptrain.sim.topology import Link, oneport, racks
 
 B = 25e6  # bytes per second, one way, per port
 N = 1 << 22  # elements (16 MiB of float32)
@@ -101,7 +101,10 @@ def _one_message(nbytes: int) -> Schedule:
 
 
 def test_a_real_link_has_no_bucket_unless_the_topology_names_one():
-    assert _port(4).burst_bytes == 0.0
+    assert all(link.burst == 0.0 for link in _port(4).route(0, 3))
+    assert all(link.burst == 1 << 17 for link in _shaped(4, 1 << 17).route(0, 3))
+    thin = racks(4, 2, B, B / 2, 0.0, 0.0, 0.0, burst_bytes=1 << 17)  # a port's bucket; the uplinks' left out
+    assert [link.burst for link in thin.route(0, 3)] == [1 << 17, 0.0, 1 << 17]
     assert simulate_dataflow(_one_message(1 << 20), _port(2), 1 << 18) == pytest.approx((1 << 20) / B)
 
 

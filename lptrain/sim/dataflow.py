@@ -22,10 +22,10 @@ each rank's program (``rank_program``, the executor's own) in simulated time:
   over the links of its route, sharing each link with the other pairs' messages crossing
   it at the same time (max-min fair shares, as TCP flows on a shaped port settle to), and
   lands a route's latency later;
-* where the topology names a bucket (``Topology.burst_bytes``: an emulated port, shaped
-  by a token bucket), every link holds up to that many tokens, refilled at its rate less
-  what it carries: a message that starts flowing passes at once as many bytes as every
-  link of its route holds (taking them from each), and the rest at its fair share. A
+* where a link is a token bucket (``Link.burst``: an emulated port, shaped by one), it
+  holds up to that many tokens, refilled at its rate less what it carries: a message
+  that starts flowing passes at once as many bytes as every link of its route holds
+  (taking them from each; none where one link has no bucket), the rest at its fair share. A
   pipeline's hop whose port idled while the segment before came in thus forwards part of
   each segment at once, which a real link (no bucket, the default) never does.
 
@@ -127,7 +127,7 @@ class _Simulation:
         self.posted_at: dict[Key, float] = {}  # message key -> when its receive was posted
         self.unmatched: dict[Key, tuple[float, _Flow]] = {}  # sent before its receive was posted
         self.shared_arrivals = 0  # messages that started flowing into a rank another peer was sending to
-        self.buckets = _Buckets(topology.burst_bytes)
+        self.buckets = _Buckets()
 
     def run(self) -> float:
         for rank in self.ranks:
@@ -283,28 +283,27 @@ class _Simulation:
 
 
 class _Buckets:
-    """Every link's token bucket (``Topology.burst_bytes``; none where that is 0). A link's
-    tokens grow at its rate less what its flows carry, up to the bucket, so they are kept
-    lazily: the level at the last use, when that was, and the bytes carried since."""
+    """Every link's token bucket (``Link.burst``; none where that is 0). A link's tokens
+    grow at its rate less what its flows carry, up to the bucket, so they are kept lazily:
+    the level at the last use, when that was, and the bytes carried since."""
 
-    def __init__(self, burst: float) -> None:
-        self.burst = burst
+    def __init__(self) -> None:
         self.level: dict[Link, float] = {}
         self.since: dict[Link, float] = {}
         self.carried: dict[Link, float] = defaultdict(float)
 
     def carry(self, flows: list[_Flow], seconds: float) -> None:
         """The flows moved at their rates for ``seconds``: their links refill by that much less."""
-        if self.burst > 0:
-            for f in flows:
-                for link in f.links:
+        for f in flows:
+            for link in f.links:
+                if link.burst > 0:
                     self.carried[link] += f.rate * seconds
 
     def take(self, links: tuple[Link, ...], nbytes: float, now: float) -> float:
         """Bytes of a message starting at ``now`` that pass at once: what every link of its
         route holds (a chain of buckets passes its smallest), at most ``nbytes``."""
-        if self.burst <= 0:
-            return 0.0
+        if not all(link.burst > 0 for link in links):
+            return 0.0  # a link with no bucket passes nothing faster than its rate
         levels = [self._level(link, now) for link in links]
         passed = max(0.0, min([nbytes, *levels]))
         for link, level in zip(links, levels):
@@ -313,9 +312,9 @@ class _Buckets:
 
     def _level(self, link: Link, now: float) -> float:
         if link not in self.level:
-            return self.burst  # idle since the start: full
+            return link.burst  # idle since the start: full
         refill = link.bandwidth * (now - self.since[link]) - self.carried[link]
-        return min(self.burst, self.level[link] + refill)
+        return min(link.burst, self.level[link] + refill)
 
 
 @dataclass(frozen=True)

@@ -132,9 +132,11 @@ def bucket_bytes(row: dict) -> int:
 
 def topology_of(row: dict, bandwidth: float, overhead: float, bucket: bool = True) -> Topology:
     """The row's emulated cluster as the simulator's topology: its layout (star or racks),
-    the port at ``bandwidth``, ``overhead`` s per message, and every port and uplink the
-    token bucket it was shaped with (``bucket_bytes``), which lets an idle port pass that
-    much at once (``bucket=False``: real links, no bucket)."""
+    the port at ``bandwidth``, ``overhead`` s per message, and every node's port the token
+    bucket it was shaped with (``bucket_bytes``), which lets an idle port pass that much at
+    once (``bucket=False``: real links, no bucket). The racks' uplinks are shaped the same
+    way but priced with no bucket: how the emulated uplinks carry traffic both ways is not
+    settled (the BE and MST rows on racks), and their bucket moves those rows further off."""
     from lptrain.sim.topology import oneport, racks
 
     p, layout = row["nodes"], layout_of(row)
