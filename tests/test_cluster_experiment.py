@@ -162,3 +162,27 @@ def test_be_is_held_to_its_own_programs_one_port_model_at_every_p():
     assert tb.one_port_model("reduce", 5) == "LP 1, BE 2.50, MST 3"
     assert tb.one_port_model("broadcast", 12) == "LP 1, BE 2.75, MST 4"
     assert tb.one_port_model("allreduce", 5) == "ring 1.60, BE 3.50, LP ~2"
+
+
+def test_the_words_on_the_misses_come_from_the_rows_that_tell_them_apart():
+    """The section's bullets quote the rows they rest on: a change in those rows changes
+    the words (nothing in them is typed)."""
+    import cluster_results
+
+    def auto(layout: ex.Layout, p: int, error: float) -> dict:
+        return {**_row("allreduce", "auto", p, layout, chose="lp block=65536 order=natural"), "error": error}
+
+    star = [auto(ex.STAR, 8, -0.05), auto(ex.STAR, 10, -0.11)]
+    own = [{**_row("allreduce", "lp", 8, RACKS, block=256 << 10, segment=128 << 10), "error": -0.03}]
+    misses = [auto(RACKS, 4, -0.20), auto(RACKS, 8, -0.36)]
+    (words,) = cluster_results._misses({"over_15": misses, "held": [*star, *own, *misses]})
+    assert "2 rows of comm=auto" in words and "(P = 4, 8)" in words
+    assert (
+        "(P = 8 to 10, 2 rows) sit within 11%" in words
+        and "128 KiB messages) on the same racks sits within 3%" in words
+    )
+    star[1]["error"] = -0.07
+    assert "sit within 7%" in cluster_results._misses({"over_15": misses, "held": [*star, *own, *misses]})[0]
+    bucket = {"count": 3, "real": (0.14, 0.33), "shaped": (-0.02, 0.05), "bucket": 128 << 10, "nodes": [8, 12, 16]}
+    (line, _) = cluster_results._bucket_lines({"bucket": bucket})
+    assert "128 KiB" in line and "P = 8, 12, 16" in line and "+14% to +33%" in line and "-2% to +5%" in line
