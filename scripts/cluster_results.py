@@ -256,9 +256,9 @@ def _small_blocks_words(misses: list[dict], held: list[dict]) -> str:
                      f"on the same racks sits within {max(abs(r['error']) for r in own):.0%}.")  # fmt: skip
     words.append(
         "So neither the CPU per message nor LP's chain across the uplinks is missing from the model alone, but "
-        "their meeting: small blocks across a thin uplink carrying both directions. Not verified: as with BE's and "
-        "MST's rows here, the emulated uplink under that traffic is the suspect, and comm=auto's choice of 64 KiB "
-        "blocks there rests on the model."
+        "their meeting: a cost per message across a thin uplink carrying both directions, which the star does not "
+        "show. Which side is wrong is not settled: as with BE's and MST's rows here, the emulated uplink under that "
+        "traffic is the suspect, and comm=auto's choice of 64 KiB blocks there rests on the model."
     )
     return " ".join(words)
 
