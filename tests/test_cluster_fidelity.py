@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from lptrain.cluster import cli, fidelity
-from lptrain.cluster.fidelity import Fidelity, FlowRate, check_flows
+from lptrain.cluster.fidelity import Fidelity, FlowRate, check_flows, uplink_flows, uplink_loads
 from lptrain.cluster.launch import Outcome
 from lptrain.cluster.netns import list_namespaces
 from lptrain.cluster.plan import (
@@ -187,6 +187,60 @@ def test_the_verdict_passes_at_ninety_percent_and_refuses_below_saying_what_to_l
     assert json.loads(json.dumps(record)) == record
 
 
+def test_the_uplink_check_loads_every_uplink_both_ways_with_several_flows_at_once():
+    """The ring above puts one flow on each uplink direction; BE's exchanges and a tree's
+    fan-out put several there, both ways at once. The uplink check sends every node's one
+    flow to a node in another rack, so that each direction of each uplink carries as many
+    flows as a rack has nodes (a permutation: every port sends one and receives one)."""
+    specs = (
+        (_spec(nodes=4, layout="racks", racks=2, uplink_bits=50 * MBIT), 2),
+        (_spec(nodes=8, layout="racks", racks=2, uplink_bits=50 * MBIT), 4),
+        (_spec(nodes=8, layout="racks", racks=4, uplink_bits=50 * MBIT), 2),
+        (_spec(nodes=8, layout="racks", racks=2, placement="interleaved"), 4),
+    )
+    for spec, per_rack in specs:
+        flows = uplink_flows(spec)
+        assert sorted(f.src for f in flows) == sorted(f.dst for f in flows) == list(range(spec.nodes))
+        assert all(spec.rack_of(f.src) != spec.rack_of(f.dst) for f in flows), (spec, flows)
+        for rack in range(1, spec.racks):
+            up = [f for f in flows if spec.rack_of(f.src) == rack]
+            down = [f for f in flows if spec.rack_of(f.dst) == rack]
+            assert len(up) == len(down) == per_rack, (spec, flows)
+            assert all(rack in f.uplinks for f in up + down)
+    assert uplink_flows(_spec(nodes=8)) == ()  # a star has no uplink
+
+
+def _uplinks_measured(spec: ClusterSpec, bits: dict[tuple[int, int], float]) -> Fidelity:
+    """A faithful ring, and the uplink check's flow (src, dst) at ``bits`` (its share otherwise)."""
+    flows = uplink_flows(spec)
+    share = spec.uplink_rate() / (spec.nodes // spec.racks)
+    loads = uplink_loads(spec, tuple(FlowRate(f, bits.get((f.src, f.dst), 0.99 * share)) for f in flows))
+    ring = _measured(spec, {})
+    return Fidelity(spec, ring.rates, window_s=1.5, softirq=0.02, busy=0.5, uplinks=loads)
+
+
+def test_the_verdict_holds_each_uplink_direction_to_its_rate_whatever_the_split_between_flows():
+    spec = _spec(nodes=4, layout="racks", racks=2, uplink_bits=100 * MBIT)
+    uneven = _uplinks_measured(spec, {(2, 0): 70e6, (3, 1): 28e6})  # TCP splits unevenly: 98% in all
+    assert uneven.passed and {(u.rack, u.toward_rack) for u in uneven.uplinks} == {(1, 0), (1, 1)}
+    assert all(u.flows == 2 and u.nominal_bits == 100 * MBIT for u in uneven.uplinks)
+    assert "every uplink loaded both ways at once (2 flows each way)" in uneven.summary()
+    assert "the slowest direction carried 98.0% of 100mbit (rack 1 to rack 0)" in uneven.summary()
+    below = _uplinks_measured(spec, {(0, 2): 40e6, (1, 3): 35e6})  # rack 0 to rack 1: 75% of the uplink
+    assert not below.passed and below.worst.ratio >= 0.9 and "BELOW FIDELITY" in below.summary()
+    line = below.refusal()
+    assert "\n" not in line
+    assert "the uplink from rack 0 to rack 1 carried 75% of 100mbit with 2 flows" in line, line
+    assert "lower --uplink, --link or --nodes" in line and "--accept-low-fidelity" in line
+    record = below.to_json()
+    assert record["passed"] is False and record["worst_uplink_ratio"] == pytest.approx(0.75)
+    assert {(u["rack"], u["toward_rack"], u["flows"]) for u in record["uplinks"]} == {(1, 0, 2), (1, 1, 2)}
+    assert json.loads(json.dumps(record)) == record
+    assert any("uplink from rack 0 to rack 1: 75.0mbit of 100mbit (75.0%), 2 flows" in x for x in below.lines())
+    star = _measured(_spec(nodes=4), {})
+    assert "uplink" not in star.summary() and star.to_json()["uplinks"] == []
+
+
 # ---------------------------------------------------------------- the refusal, end to end
 
 
@@ -330,6 +384,9 @@ def test_the_real_check_on_three_nodes_in_interleaved_racks(tmp_path):
     record = json.loads((tmp_path / "fidelity.json").read_text())
     assert record["passed"] and len(record["flows"]) == 3 and 0 <= record["softirq"] <= 1
     assert sum(1 for f in record["flows"] if f["uplinks"]) == 2  # the uplink busy both ways
+    assert len(record["uplinks"]) == 2 and "every uplink loaded both ways at once" in lines[1], err
+    for uplink in record["uplinks"]:  # the uplink check: its rate each way, several flows or one
+        assert 0.9 <= uplink["ratio"] <= 1.02, uplink
     for flow in record["flows"]:
         assert 0.9 <= flow["ratio"] <= 1.02, flow
     assert not [n for n in list_namespaces() if n.startswith(f"lpc{proc.pid}-")]
