@@ -385,8 +385,8 @@ def test_the_real_check_on_three_nodes_in_interleaved_racks(tmp_path):
     assert record["passed"] and len(record["flows"]) == 3 and 0 <= record["softirq"] <= 1
     assert sum(1 for f in record["flows"] if f["uplinks"]) == 2  # the uplink busy both ways
     assert len(record["uplinks"]) == 2 and "every uplink loaded both ways at once" in lines[1], err
-    for uplink in record["uplinks"]:  # the uplink check: its rate each way, several flows or one
-        assert 0.9 <= uplink["ratio"] <= 1.02, uplink
+    for uplink in record["uplinks"]:  # the uplink check: its rate each way (a sum of flows, each timed
+        assert 0.9 <= uplink["ratio"] <= 1.05, uplink  # from its own first read to its last)
     for flow in record["flows"]:
         assert 0.9 <= flow["ratio"] <= 1.02, flow
     assert not [n for n in list_namespaces() if n.startswith(f"lpc{proc.pid}-")]
