@@ -173,14 +173,16 @@ def _misses(s: dict) -> list[str]:
     out = []
     if racks:
         out.append(
-            f"- {len(racks)} rows of BE and MST on racks, slower than the model, which prices the executor's "
-            "pacing (a send to a new peer waits until the earlier steps' bytes would have left at the one rate "
+            f"- {len(racks)} row(s) of BE and MST on racks, slower than the model even with the executor's pacing "
+            "priced (a send to a new peer waits until the earlier steps' bytes would have left at the one rate "
             "measured at start, the uplink's). Their steps send several connections across one uplink direction at "
-            "once, both ways on each: a raw TCP exchange of 1 MiB each way over two connections across a 10 Mbit/s "
-            "uplink took 0.94x to 1.77x its ideal time from run to run; in a slow one bbr's estimate of the rate stayed "
-            "at the shaped buckets' first burst (1.2 Gbit/s) while 0.4 s of data stood in the uplink's FIFO, where "
-            "the acknowledgements riding on the other direction's data wait: the measurement is the suspect. The "
-            "fidelity check's uplink figure says whether the uplinks carried their rate in that run."
+            "once, both ways on each, and such exchanges vary from run to run: a raw TCP exchange of 1 MiB each way "
+            "over two connections across a 10 Mbit/s uplink took 0.94x to 1.77x its ideal time, BE's uplink step as "
+            "plain gloo messages 1.0x to 1.28x; in a slow one bbr's estimate of the rate stayed at the shaped "
+            "buckets' first burst (1.2 Gbit/s) while 0.4 s of data stood in the uplink's FIFO, where the "
+            "acknowledgements riding on the other direction's data wait. The model gives each flow its fair share, "
+            "so the measurement is the suspect (not verified row by row); the fidelity check's uplink figure says "
+            "whether the uplinks carried their rate, several flows each way, in that run."
         )
     if fill:
         out.append(
