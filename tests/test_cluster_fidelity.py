@@ -214,7 +214,8 @@ def _uplinks_measured(spec: ClusterSpec, bits: dict[tuple[int, int], float]) -> 
     """A faithful ring, and the uplink check's flow (src, dst) at ``bits`` (its share otherwise)."""
     flows = uplink_flows(spec)
     share = spec.uplink_rate() / (spec.nodes // spec.racks)
-    loads = uplink_loads(spec, tuple(FlowRate(f, bits.get((f.src, f.dst), 0.99 * share)) for f in flows))
+    rates = [bits.get((f.src, f.dst), 0.99 * share) for f in flows]
+    loads = uplink_loads(spec, tuple(FlowRate(f, b, window_bits=1.5 * b) for f, b in zip(flows, rates)), 1.5)
     ring = _measured(spec, {})
     return Fidelity(spec, ring.rates, window_s=1.5, softirq=0.02, busy=0.5, uplinks=loads)
 
@@ -239,6 +240,47 @@ def test_the_verdict_holds_each_uplink_direction_to_its_rate_whatever_the_split_
     assert any("uplink from rack 0 to rack 1: 75.0mbit of 100mbit (75.0%), 2 flows" in x for x in below.lines())
     star = _measured(_spec(nodes=4), {})
     assert "uplink" not in star.summary() and star.to_json()["uplinks"] == []
+
+
+def test_an_uplink_direction_is_what_its_flows_read_inside_the_window_not_the_sum_of_their_rates():
+    """Flows that share an uplink take turns: one may get the link for a tenth of the window
+    and read at ten times its share there. Each flow's rate is timed from its first read to its
+    last, so the sum of the rates would count that burst as if it had lasted the whole window
+    (the check read 193% of a 5 Mbit/s uplink that way); a direction is the bits that all its
+    flows read inside the window, over the window."""
+    spec = _spec(nodes=4, layout="racks", racks=2, uplink_bits=10 * MBIT)
+    flows = {(f.src, f.dst): f for f in uplink_flows(spec)}
+    burst = FlowRate(flows[(0, 2)], 20e6, window_bits=3e6)  # 2 Mbit in 0.1 s, and its first read's 1 Mbit
+    steady = FlowRate(flows[(1, 3)], 7e6, window_bits=12e6)
+    (down,) = [u for u in uplink_loads(spec, (burst, steady), 1.5) if u.toward_rack == 1]
+    assert down.measured_bits == pytest.approx(10e6) and down.ratio == pytest.approx(1.0)
+    report = {"bytes": 250_000, "seconds": 0.1, "window_bytes": 375_000}
+    assert fidelity.flow_rate(flows[(0, 2)], report) == FlowRate(flows[(0, 2)], 20e6, window_bits=3e6)
+    assert fidelity.flow_rate(flows[(0, 2)], {"bytes": 0, "seconds": 0.0}) == FlowRate(flows[(0, 2)], 0.0)
+
+
+def test_the_probe_counts_every_read_inside_the_window_and_times_the_first_to_the_last(monkeypatch):
+    from lptrain.cluster import probe
+
+    class Reads:
+        """A connection whose reads come at the given times with the given bytes."""
+
+        def __init__(self, reads):
+            self.reads = list(reads)
+
+        def recv_into(self, buffer):
+            if not self.reads:
+                return 0
+            at, n = self.reads.pop(0)
+            clock[0] = at
+            return n
+
+    clock = [0.0]
+    monkeypatch.setattr(probe.time, "monotonic", lambda: clock[0])
+    got = probe.receive(Reads([(0.5, 100), (1.0, 300), (1.5, 500), (2.0, 700), (3.5, 900)]), (0.8, 2.2), 10.0)
+    one = probe.receive(Reads([(0.5, 100), (1.0, 300), (3.5, 900)]), (0.8, 2.2), 10.0)
+    assert got == {"bytes": 1200, "seconds": 1.0, "window_bytes": 1500}
+    assert one == {"bytes": 0, "seconds": 0.0, "window_bytes": 300}
 
 
 # ---------------------------------------------------------------- the refusal, end to end
