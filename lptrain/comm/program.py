@@ -241,3 +241,31 @@ def issue_policy(order: str) -> IssuePolicy:
     if order not in ISSUE_POLICIES:
         raise ValueError(f"unknown issue order {order!r}; valid: {', '.join(ISSUE_ORDERS)}")
     return ISSUE_POLICIES[order]
+
+
+class PortQueue:
+    """A rank's outgoing port as one queue drained at the rate measured at start
+    (``pacing_rate``): when the bytes of each step issued so far would have left it, and
+    which peers that step sent to. The executor holds a send to a new peer until
+    ``drained`` (its ``ports`` and ``steps`` orders on a slow link), and the simulator
+    replays the same clock, so it prices the wait the executor takes.
+
+    The rate is one figure, the slowest link of the ring the transport was measured on
+    (``lptrain.comm.transport``): where the peers sit behind links of different rates (racks
+    joined by a thinner uplink) it is the thinnest link's, so bytes to a peer in the same
+    rack are counted as leaving at the uplink's rate and the next step to another peer
+    waits for them that long."""
+
+    def __init__(self, bytes_per_s: float) -> None:
+        self.rate = bytes_per_s
+        self.free = 0.0  # when the bytes issued so far would have left the port
+        self.steps: dict[int, tuple[float, set[int]]] = {}  # step -> (when its bytes have left, its peers)
+
+    def drained(self, a: Action) -> float:
+        """When the bytes of the earlier steps that sent to a peer other than ``a``'s have left."""
+        return max((t for s, (t, to) in self.steps.items() if s < a.step and to - {a.peer}), default=0.0)
+
+    def queue(self, a: Action, nbytes: int, now: float) -> None:
+        """Add a send of ``nbytes`` issued at ``now`` (seconds on the caller's clock)."""
+        self.free = max(self.free, now) + nbytes / self.rate
+        self.steps[a.step] = (self.free, self.steps.get(a.step, (0.0, set()))[1] | {a.peer})
