@@ -201,3 +201,14 @@ def test_the_words_on_the_misses_come_from_the_rows_that_tell_them_apart():
     bucket = {"count": 3, "real": (0.14, 0.33), "shaped": (-0.02, 0.05), "bucket": 128 << 10, "nodes": [8, 12, 16]}
     (line, _) = cluster_results._bucket_lines({"bucket": bucket})
     assert "128 KiB" in line and "P = 8, 12, 16" in line and "+14% to +33%" in line and "-2% to +5%" in line
+
+
+def test_the_star_rows_where_auto_ran_lp_below_its_own_block_are_found_from_what_auto_chose():
+    """At 200mbit LP's own block is 128 KiB: an auto row that ran 64 KiB blocks is below it,
+    one that ran LP's automatic block or the ring is not, and racks rows are not the star's."""
+    below = _row("broadcast", "auto", 16, chose="lp block=65536 order=natural")
+    own = _row("reduce", "auto", 16, chose="lp block=auto order=natural")
+    ring = _row("allreduce", "auto", 16, chose="ring order=natural")
+    racks = _row("allreduce", "auto", 8, RACKS, chose="lp block=65536 order=natural")
+    assert [r["chose"] for r in tb.auto_below_lp_block(_data([below, own, ring, racks]))] == [below["chose"]]
+    assert tb.auto_below_lp_block(_data([own, ring, racks])) == []

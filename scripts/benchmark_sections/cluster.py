@@ -15,6 +15,7 @@ from doctools import DOCS
 from doctools import cluster_experiment as ex
 from doctools import cluster_tables as tb
 from doctools.commands import Run
+from lptrain.comm.program import pipeline_block_bytes
 
 NAME = "cluster"
 HEADING = "Across namespaces with shaped links: where the network is the bottleneck"
@@ -129,6 +130,17 @@ def render(data: dict) -> list[str]:
         lines.append(
             f"- comm=auto's allreduce on the star: at most {auto[0]:.2f}x gloo's own time (P = {auto[1]['nodes']}, "
             f"{tb.size_label(auto[1]['size'])})."
+        )
+    below = tb.auto_below_lp_block(data)
+    if below:
+        ps = sorted({r["nodes"] for r in below})
+        own = pipeline_block_bytes(c["link_bytes_per_s"]) >> 10
+        lines.append(
+            f"- In {len(below)} of the star's rows (P = {ps[0]} to {ps[-1]}, "
+            f"{', '.join(sorted({tb.size_label(r['size']) for r in below}))}) comm=auto ran LP in blocks smaller than "
+            f"LP's own on that link (the lp column's {own} KiB): priced from the lone exchange measured at start, they "
+            "looked cheapest. These rows predate the rule that auto prices no LP block below the one the link sets "
+            "(`lptrain/auto/simulated.py`), under which it runs LP's own block, as in the lp column."
         )
     lines += [
         "- A node has one port, so LP's allreduce (a reduce and a broadcast overlapped) sends about 2n through it "

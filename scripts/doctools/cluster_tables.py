@@ -14,6 +14,7 @@ from doctools import cluster_model as model
 from doctools.cluster_experiment import DDP_VARIANTS, OPS, SCHEDULE_ALGOS, STAR, TABLE_ALGOS, TRAIN_CASES, layout_of
 from doctools.machine import describe as machine_words
 from doctools.markdown import table
+from lptrain.comm.program import pipeline_block_bytes
 from lptrain.sim.predict import predict
 from lptrain.sim.topology import oneport
 
@@ -166,6 +167,20 @@ def auto_against_gloo(data: dict, layout=STAR) -> tuple[float, dict] | None:
             if gloo:
                 ratios.append((r["time_us"] / gloo["time_us"], r))
     return max(ratios, key=lambda x: x[0]) if ratios else None
+
+
+def auto_below_lp_block(data: dict) -> list[dict]:
+    """The star's comm=auto rows that ran LP in fixed blocks smaller than LP's own block on
+    the link measured (``lptrain.comm.program.pipeline_block_bytes``), which auto no longer
+    prices there (``lptrain.auto.simulated``): rows measured before that rule."""
+    out = []
+    for r in rows_of(data):
+        algo, values = model.parse_chose(r.get("chose") or "?") if r["algo"] == "auto" else ("", {})
+        block = values.get("block", "")
+        own = pipeline_block_bytes(r.get("link_bytes_per_s") or data["conditions"]["link_bytes_per_s"])
+        if algo == "lp" and block.isdigit() and own is not None and int(block) < own:
+            out.append(r)
+    return out
 
 
 def layouts(data: dict) -> list:
