@@ -173,6 +173,7 @@ def test_the_second_rate_table_puts_each_algorithms_n_over_b_at_both_rates_side_
         _row("broadcast", "ring", 8, time_us=2 * 1.75 * fast, link="100000kbit", link_bytes_per_s=12.5e6),
     ]
     lines = tb.rates_table(data, 1 << 20)
+    assert lines[0] == "| op | algo | n/B at 200mbit | n/B at 100mbit | ratio |", lines
     assert "| broadcast | lp | 1.05 | 1.10 | 1.05 |" in lines, lines
     assert "| broadcast | ring | 1.75 | 1.75 | 1.00 |" in lines, lines
     assert tb.rates_spread(data, 1 << 20) == pytest.approx((1.0, 1.05))

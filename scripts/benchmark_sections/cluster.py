@@ -151,8 +151,9 @@ def render(data: dict) -> list[str]:
     second = tb.rates_table(data, ex.BIG)
     if second:
         lo, hi = tb.rates_spread(data, ex.BIG)
+        half = data["rates"][0]
         lines += [
-            f"The same star at P = {data['rates'][0]['nodes']} at half the rate ({data['rates'][0]['link']}; "
+            f"The same star at P = {half['nodes']} at half the rate ({tb.rate_words(half['link'])}; "
             f"{tb.size_label(ex.BIG)}, `python scripts/cluster_results.py --only rates`): where the link sets the "
             f"times, their multiples of n/B do not depend on the rate. The ratios run from {lo:.2f} to {hi:.2f}:",
             "",

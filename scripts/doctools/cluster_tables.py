@@ -14,6 +14,7 @@ from doctools import cluster_model as model
 from doctools.cluster_experiment import DDP_VARIANTS, OPS, SCHEDULE_ALGOS, STAR, TABLE_ALGOS, TRAIN_CASES, layout_of
 from doctools.machine import describe as machine_words
 from doctools.markdown import table
+from lptrain.cluster.plan import format_rate, parse_rate
 from lptrain.comm.program import pipeline_block_bytes
 from lptrain.sim.predict import predict
 from lptrain.sim.topology import oneport
@@ -132,8 +133,13 @@ def rates_table(data: dict, size: int) -> list[str]:
             if algo != "auto" and (op, algo) in first and (op, algo) in slow:
                 a, b = first[(op, algo)], slow[(op, algo)]
                 body.append([op, _column(algo), f"{a:.2f}", f"{b:.2f}", f"{b / a:.2f}"])
-    links = (data["conditions"]["link"], second[0]["link"])
+    links = (data["conditions"]["link"], rate_words(second[0]["link"]))
     return table(["op", "algo", f"n/B at {links[0]}", f"n/B at {links[1]}", "ratio"], body)
+
+
+def rate_words(link: str) -> str:
+    """A rate in tc's notation as the documents write it (100000kbit as 100mbit)."""
+    return format_rate(parse_rate(link))
 
 
 def rates_spread(data: dict, size: int) -> tuple[float, float] | None:
