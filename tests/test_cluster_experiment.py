@@ -8,6 +8,8 @@ import pytest
 from doctools import cluster_experiment as ex
 from doctools import cluster_model as model
 from doctools import cluster_tables as tb
+from lptrain.comm.algorithms import lp
+from lptrain.sim.dataflow import simulate_dataflow
 
 RACKS = ex.Layout(2, "1/2")
 
@@ -35,9 +37,40 @@ def test_calibration_recovers_the_machine_that_made_the_rows_star_and_racks():
     rows = _rows(0.95 * 25e6, 5e-4)
     bandwidth, overhead = model.calibrate(rows)
     assert bandwidth == pytest.approx(0.95 * 25e6) and overhead == pytest.approx(5e-4)
-    _, _, predicted = model.predictions(rows)
+    fit, predicted = model.predictions(rows)
+    assert fit.crowd_nodes is None and fit.crowding == 0.0  # no host's cores recorded: no crowding to fit
     assert len(predicted) == len(rows) and max(abs(r["error"]) for r in predicted) < 1e-6
-    assert len(model.held_out(predicted)) == len(rows) - 3 * len(ex.SCHEDULE_ALGOS)  # the P = 2 star rows are fitted
+    held = model.held_out(predicted, fit)
+    assert len(held) == len(rows) - 3 * len(ex.SCHEDULE_ALGOS)  # the P = 2 star rows are fitted
+
+
+def test_a_messages_cost_grows_with_the_processes_sharing_each_core():
+    """Every emulated node runs on one host: with one process per core a message costs the
+    two-node figure, and each further process per core adds ``crowding``."""
+    assert model.message_cost(_row("reduce", "lp", 2, cores=2), 1e-4, 5e-5) == pytest.approx(1e-4)
+    assert model.message_cost(_row("reduce", "lp", 8, cores=2), 1e-4, 5e-5) == pytest.approx(1e-4 + 3 * 5e-5)
+    assert model.message_cost(_row("reduce", "lp", 16, cores=2), 1e-4, 5e-5) == pytest.approx(1e-4 + 7 * 5e-5)
+    assert model.message_cost(_row("reduce", "lp", 16), 1e-4, 5e-5) == pytest.approx(1e-4)  # cores not recorded
+    small = _row("reduce", "lp", 8, cores=2, block=16 << 10, segment=16 << 10)
+    assert model.simulate(small, 25e6, 1e-4, crowding=2e-4) > 1.2 * model.simulate(small, 25e6, 1e-4)
+
+
+def test_the_crowding_is_fitted_on_the_largest_stars_rows_and_held_against_the_rest():
+    bandwidth, overhead, crowding = 0.95 * 25e6, 1e-4, 1e-4
+    rows = []
+    for p, layout in ((2, ex.STAR), (4, ex.STAR), (8, ex.STAR), (4, RACKS)):
+        for op, algo in (("broadcast", "lp"), ("reduce", "lp"), ("allreduce", "ring")):
+            row = _row(op, algo, p, layout, cores=2, size=256 << 10, count=64 << 10, segment=16 << 10)
+            row["block"] = 16 << 10 if algo == "lp" else None
+            row["time_us"] = model.simulate(row, bandwidth, overhead, crowding=crowding) * 1e6
+            rows.append(row)
+    fit, predicted = model.predictions(rows)
+    assert (fit.bandwidth, fit.overhead, fit.crowding, fit.crowd_nodes) == pytest.approx(
+        (bandwidth, overhead, crowding, 8)
+    )
+    held = model.held_out(predicted, fit)
+    assert {(r["nodes"], ex.layout_of(r)) for r in held} == {(4, ex.STAR), (4, RACKS)}
+    assert max(abs(r["error"]) for r in held) < 1e-6
 
 
 def test_racks_rows_are_priced_on_racks_a_thin_uplink_slows_the_ring_more_than_lp():
@@ -55,6 +88,26 @@ def test_an_auto_row_is_priced_as_what_it_chose_its_block_from_the_lp_row_where_
     assert model.run_of(ring, [ring]) == model.Run("ring", None, None)
     assert model.simulate(ring, 25e6, 0.0) == pytest.approx(model.simulate(_row("allreduce", "ring", 4), 25e6, 0.0))
     assert model.run_of(_row("allreduce", "gloo", 4), []) is None  # the backend's own: no schedule to price
+
+
+def test_a_row_is_priced_on_the_token_buckets_its_ports_were_shaped_with():
+    """lptrain-cluster shapes every port with a bucket of 128 KiB at 200mbit
+    (lptrain.cluster.plan); the row's topology says so, and LP's pipeline priced on it
+    is faster than on real links by part of its fill."""
+    from lptrain.sim.topology import oneport
+
+    for layout in (ex.STAR, RACKS):
+        topology = model.topology_of(_row("broadcast", "lp", 8, layout), 25e6, 0.0)
+        assert topology.route(0, 1)[0].burst == topology.route(0, 1)[-1].burst == 128 << 10
+        assert all(
+            link.burst == 0 for link in model.topology_of(_row("broadcast", "lp", 8), 25e6, 0.0, False).route(0, 1)
+        )
+    row = _row("broadcast", "lp", 8, size=4 << 20, count=1 << 20, segment=256 << 10, block=256 << 10)
+    shaped = model.simulate(row, 25e6, 0.0)
+    real = simulate_dataflow(lp.broadcast(8, 1 << 20, 0, block=1 << 16), oneport(8, 25e6, 0.0, 0.0, 0.0), 1 << 16,
+                             order=lp.ISSUE_ORDER["broadcast"])  # fmt: skip
+    segment = (256 << 10) / 25e6
+    assert real - shaped == pytest.approx(6 / 2 * segment + segment / 2, rel=1e-6)  # half of each hop's fill
 
 
 def _data(rows: list[dict]) -> dict:
@@ -109,3 +162,42 @@ def test_be_is_held_to_its_own_programs_one_port_model_at_every_p():
     assert tb.one_port_model("reduce", 5) == "LP 1, BE 2.50, MST 3"
     assert tb.one_port_model("broadcast", 12) == "LP 1, BE 2.75, MST 4"
     assert tb.one_port_model("allreduce", 5) == "ring 1.60, BE 3.50, LP ~2"
+
+
+def test_the_second_rate_table_puts_each_algorithms_n_over_b_at_both_rates_side_by_side():
+    assert ex.half_rate("200mbit") == "100000kbit"
+    fast = (1 << 20) / 25e6 * 1e6  # n/B at 200mbit, in us
+    data = _data([_row("broadcast", "lp", 8, time_us=1.05 * fast), _row("broadcast", "ring", 8, time_us=1.75 * fast)])
+    data["rates"] = [
+        _row("broadcast", "lp", 8, time_us=2 * 1.10 * fast, link="100000kbit", link_bytes_per_s=12.5e6),
+        _row("broadcast", "ring", 8, time_us=2 * 1.75 * fast, link="100000kbit", link_bytes_per_s=12.5e6),
+    ]
+    lines = tb.rates_table(data, 1 << 20)
+    assert "| broadcast | lp | 1.05 | 1.10 | 1.05 |" in lines, lines
+    assert "| broadcast | ring | 1.75 | 1.75 | 1.00 |" in lines, lines
+    assert tb.rates_spread(data, 1 << 20) == pytest.approx((1.0, 1.05))
+    assert tb.rates_table(_data([]), 1 << 20) == []  # not measured: no table
+
+
+def test_the_words_on_the_misses_come_from_the_rows_that_tell_them_apart():
+    """The section's bullets quote the rows they rest on: a change in those rows changes
+    the words (nothing in them is typed)."""
+    import cluster_results
+
+    def auto(layout: ex.Layout, p: int, error: float) -> dict:
+        return {**_row("allreduce", "auto", p, layout, chose="lp block=65536 order=natural"), "error": error}
+
+    star = [auto(ex.STAR, 8, -0.05), auto(ex.STAR, 10, -0.11)]
+    own = [{**_row("allreduce", "lp", 8, RACKS, block=256 << 10, segment=128 << 10), "error": -0.03}]
+    misses = [auto(RACKS, 4, -0.20), auto(RACKS, 8, -0.36)]
+    (words,) = cluster_results._misses({"over_15": misses, "held": [*star, *own, *misses]})
+    assert "2 rows of comm=auto" in words and "(P = 4, 8)" in words
+    assert (
+        "(P = 8 to 10, 2 rows) sit within 11%" in words
+        and "128 KiB messages) on the same racks sits within 3%" in words
+    )
+    star[1]["error"] = -0.07
+    assert "sit within 7%" in cluster_results._misses({"over_15": misses, "held": [*star, *own, *misses]})[0]
+    bucket = {"count": 3, "real": (0.14, 0.33), "shaped": (-0.02, 0.05), "bucket": 128 << 10, "nodes": [8, 12, 16]}
+    (line, _) = cluster_results._bucket_lines({"bucket": bucket})
+    assert "128 KiB" in line and "P = 8, 12, 16" in line and "+14% to +33%" in line and "-2% to +5%" in line

@@ -6,7 +6,7 @@ import pytest
 from lptrain.comm.algorithms import be, lp, mst, ring
 from lptrain.comm.schedule import Kind, Schedule, Transfer
 from lptrain.sim.dataflow import _Flow, fair_rates, simulate_dataflow
-from lptrain.sim.topology import Link, oneport
+from lptrain.sim.topology import Link, oneport, racks
 
 B = 25e6  # bytes per second, one way, per port
 N = 1 << 22  # elements (16 MiB of float32)
@@ -88,3 +88,50 @@ def test_the_simulator_cuts_messages_where_the_executor_does():
     assert len(rank_program(schedule, 0, auto_segment(schedule, fast))) == 4 * 3
     with pytest.raises(ValueError, match="segment"):
         simulate_dataflow(schedule, fast, "big")
+
+
+def _shaped(p: int, burst: float):
+    return oneport(p, bandwidth=B, latency=0.0, overhead=0.0, gamma=0.0, burst_bytes=burst)
+
+
+def _one_message(nbytes: int) -> Schedule:
+    count = nbytes // 4
+    step = (Transfer(0, 1, 0, count, Kind.COPY),)
+    return Schedule(op="broadcast", algorithm="one", world_size=2, count=count, root=0, steps=(step,))
+
+
+def test_a_real_link_has_no_bucket_unless_the_topology_names_one():
+    assert all(link.burst == 0.0 for link in _port(4).route(0, 3))
+    assert all(link.burst == 1 << 17 for link in _shaped(4, 1 << 17).route(0, 3))
+    thin = racks(4, 2, B, B / 2, 0.0, 0.0, 0.0, burst_bytes=1 << 17)  # a port's bucket; the uplinks' left out
+    assert [link.burst for link in thin.route(0, 3)] == [1 << 17, 0.0, 1 << 17]
+    assert simulate_dataflow(_one_message(1 << 20), _port(2), 1 << 18) == pytest.approx((1 << 20) / B)
+
+
+def test_an_idle_shaped_port_sends_its_bucket_at_once_then_runs_at_its_rate():
+    """A token bucket of ``burst`` bytes, full after an idle spell: a message's first
+    ``burst`` bytes pass at once and the rest at B; a message no larger than the bucket
+    lands at once; the next message on a port kept busy finds the bucket empty."""
+    burst = 128 << 10
+    assert simulate_dataflow(_one_message(1 << 20), _shaped(2, burst), 1 << 18) == pytest.approx(
+        ((1 << 20) - burst) / B
+    )
+    assert simulate_dataflow(_one_message(burst), _shaped(2, burst), burst // 4) == pytest.approx(0.0, abs=1e-12)
+    # four messages back to back on one pair: only the first finds the bucket full
+    assert simulate_dataflow(_one_message(1 << 20), _shaped(2, burst), 1 << 16) == pytest.approx(
+        ((1 << 20) - burst) / B
+    )
+
+
+def test_a_pipelines_fill_costs_half_a_segment_a_hop_where_the_bucket_is_half_a_segment():
+    """LP's chain: each hop's port idles while the segment before comes in, and refills its
+    bucket in that time, so each hop passes half of every segment at once. The fill of
+    P - 2 hops costs (P - 2) / 2 segments instead of P - 2."""
+    p, segment = 6, SEGMENT  # 256 KiB segments, 64 of them
+    schedule = lp.broadcast(p, N, 0, block=segment)
+    order = lp.ISSUE_ORDER["broadcast"]
+    seconds_per_segment = segment * 4 / B
+    real = simulate_dataflow(schedule, _port(p), segment, order=order)
+    shaped = simulate_dataflow(schedule, _shaped(p, segment * 4 / 2), segment, order=order)
+    assert real == pytest.approx(N * 4 / B + (p - 2) * seconds_per_segment, rel=1e-6)
+    assert shaped == pytest.approx(N * 4 / B + (p - 2) / 2 * seconds_per_segment - seconds_per_segment / 2, rel=1e-6)

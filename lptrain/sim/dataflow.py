@@ -21,7 +21,13 @@ each rank's program (``rank_program``, the executor's own) in simulated time:
   before it to the same peer have gone (one connection per pair, first in first out),
   over the links of its route, sharing each link with the other pairs' messages crossing
   it at the same time (max-min fair shares, as TCP flows on a shaped port settle to), and
-  lands a route's latency later.
+  lands a route's latency later;
+* where a link is a token bucket (``Link.burst``: an emulated port, shaped by one), it
+  holds up to that many tokens, refilled at its rate less what it carries: a message
+  that starts flowing passes at once as many bytes as every link of its route holds
+  (taking them from each; none where one link has no bucket), the rest at its fair share. A
+  pipeline's hop whose port idled while the segment before came in thus forwards part of
+  each segment at once, which a real link (no bucket, the default) never does.
 
 The result is the time the last rank finishes, for a given segment size: what the
 executor would take if the links and the per-message cost were all there is.
@@ -121,6 +127,7 @@ class _Simulation:
         self.posted_at: dict[Key, float] = {}  # message key -> when its receive was posted
         self.unmatched: dict[Key, tuple[float, _Flow]] = {}  # sent before its receive was posted
         self.shared_arrivals = 0  # messages that started flowing into a rank another peer was sending to
+        self.buckets = _Buckets()
 
     def run(self) -> float:
         for rank in self.ranks:
@@ -246,6 +253,7 @@ class _Simulation:
         step_to = min(finish, begin)
         for f in self.active:
             f.remaining -= f.rate * (step_to - self.now)
+        self.buckets.carry(self.active, step_to - self.now)
         self.now = step_to
         while self.starts and self.starts[0][0] <= self.now:
             self.start(heapq.heappop(self.starts)[2])
@@ -270,7 +278,43 @@ class _Simulation:
     def activate(self, flow: _Flow) -> None:
         if any(f.dst == flow.dst and f.src != flow.src for f in self.active):
             self.shared_arrivals += 1
+        flow.remaining -= self.buckets.take(flow.links, flow.remaining, self.now)
         self.active.append(flow)
+
+
+class _Buckets:
+    """Every link's token bucket (``Link.burst``; none where that is 0). A link's tokens
+    grow at its rate less what its flows carry, up to the bucket, so they are kept lazily:
+    the level at the last use, when that was, and the bytes carried since."""
+
+    def __init__(self) -> None:
+        self.level: dict[Link, float] = {}
+        self.since: dict[Link, float] = {}
+        self.carried: dict[Link, float] = defaultdict(float)
+
+    def carry(self, flows: list[_Flow], seconds: float) -> None:
+        """The flows moved at their rates for ``seconds``: their links refill by that much less."""
+        for f in flows:
+            for link in f.links:
+                if link.burst > 0:
+                    self.carried[link] += f.rate * seconds
+
+    def take(self, links: tuple[Link, ...], nbytes: float, now: float) -> float:
+        """Bytes of a message starting at ``now`` that pass at once: what every link of its
+        route holds (a chain of buckets passes its smallest), at most ``nbytes``."""
+        if not all(link.burst > 0 for link in links):
+            return 0.0  # a link with no bucket passes nothing faster than its rate
+        levels = [self._level(link, now) for link in links]
+        passed = max(0.0, min([nbytes, *levels]))
+        for link, level in zip(links, levels):
+            self.level[link], self.since[link], self.carried[link] = level - passed, now, 0.0
+        return passed
+
+    def _level(self, link: Link, now: float) -> float:
+        if link not in self.level:
+            return link.burst  # idle since the start: full
+        refill = link.bandwidth * (now - self.since[link]) - self.carried[link]
+        return min(link.burst, self.level[link] + refill)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,11 @@ class Link:
     name: str
     bandwidth: float  # bytes per second
     latency: float  # seconds
+    # A token bucket of this many bytes (an emulated port, shaped as lptrain-cluster shapes
+    # it: lptrain.cluster.plan), refilled at the link's rate while it carries less, so an
+    # idle link passes that much at once (lptrain.sim.dataflow prices it; the step model
+    # leaves it out). 0: a real link, which sends no byte faster than its rate.
+    burst: float = 0.0
 
 
 @dataclass
@@ -49,8 +54,9 @@ class Topology:
     ``overlapped`` says the endpoints' cost of a message is paid while the links carry
     the last one (the multi-process executor posts its receives ahead and issues each
     segment as soon as its data is in), so a step costs the larger of the two, not their
-    sum (``lptrain.sim.simulator``). Routes are computed on demand, so machines of
-    thousands of devices stay cheap.
+    sum (``lptrain.sim.simulator``). A link may be a token bucket (``Link.burst``), as an
+    emulator's shaped port is. Routes are computed on demand, so machines of thousands of
+    devices stay cheap.
     """
 
     name: str
@@ -102,13 +108,16 @@ GPU_GAMMA = 3 / 900e9  # an add reads two operands and writes one, HBM at ~900 G
 class _Links:
     """Creates each named link once, so routes that name it share it."""
 
-    def __init__(self, bandwidth: float, latency: float) -> None:
-        self.bandwidth, self.latency = bandwidth, latency
+    def __init__(self, bandwidth: float, latency: float, burst: float = 0.0) -> None:
+        self.bandwidth, self.latency, self.burst = bandwidth, latency, burst
         self._made: dict[str, Link] = {}
 
-    def __call__(self, name: str, bandwidth: float | None = None, latency: float | None = None) -> Link:
+    def __call__(
+        self, name: str, bandwidth: float | None = None, latency: float | None = None, burst: float | None = None
+    ) -> Link:
         if name not in self._made:
-            self._made[name] = Link(name, bandwidth or self.bandwidth, self.latency if latency is None else latency)
+            self._made[name] = Link(name, bandwidth or self.bandwidth, self.latency if latency is None else latency,
+                                    self.burst if burst is None else burst)  # fmt: skip
         return self._made[name]
 
 
@@ -130,16 +139,22 @@ def oneport(
     latency: float = PCIE_HOP_LATENCY,
     overhead: float = GPU_OVERHEAD,
     gamma: float = GPU_GAMMA,
+    burst_bytes: float = 0.0,
 ) -> Topology:
     """One send port and one receive port per device, nothing shared beyond them.
 
     The single-port alpha-beta model: a device may send one message and receive one at
     the same time at full bandwidth; several messages leaving (or entering) one device in
     a step share its port. ``private`` is multi-port instead (a link per pair: a device
-    may send to all its peers at once at full bandwidth each).
+    may send to all its peers at once at full bandwidth each). ``burst_bytes``: each port
+    a token bucket of that size (an emulated port: ``Link.burst``).
     """
-    link = _Links(bandwidth, latency)
-    return Topology("oneport", p, overhead, gamma, lambda a, b: (link(f"{a}.out"), link(f"{b}.in", latency=0.0)))
+    link = _Links(bandwidth, latency, burst_bytes)
+
+    def route(a: int, b: int) -> tuple[Link, ...]:
+        return (link(f"{a}.out"), link(f"{b}.in", latency=0.0))
+
+    return Topology("oneport", p, overhead, gamma, route)
 
 
 def nvlink(
@@ -272,25 +287,28 @@ def racks(
     overhead: float = GPU_OVERHEAD,
     gamma: float = GPU_GAMMA,
     placement: str | Sequence[int] = "contiguous",
+    burst_bytes: float = 0.0,
+    uplink_burst_bytes: float = 0.0,
 ) -> Topology:
     """One port per device (``oneport``), the devices in racks, every rack joined to rack 0 by
     an uplink of ``uplink_bandwidth`` each way (default: a port's): the layout of
     ``lptrain-cluster --layout racks`` (traffic between two racks other than 0 crosses both
     of their uplinks). ``placement`` says which rank is in which rack (``rack_placement``;
-    with a list, ``racks`` follows from it)."""
+    with a list, ``racks`` follows from it). ``burst_bytes`` and ``uplink_burst_bytes``: each
+    port and each uplink a token bucket of that size (an emulated one: ``Link.burst``)."""
     rack_of = rack_placement(p, racks, placement)
     count = max(rack_of, default=0) + 1
     uplink = uplink_bandwidth or bandwidth
-    link = _Links(bandwidth, latency)
+    link = _Links(bandwidth, latency, burst_bytes)
 
     def route(a: int, b: int) -> tuple[Link, ...]:
         ra, rb = rack_of[a], rack_of[b]
         hops: list[Link] = [link(f"{a}.out")]
         if ra != rb:
             if ra != 0:
-                hops.append(link(f"rack{ra}->rack0", uplink, 0.0))
+                hops.append(link(f"rack{ra}->rack0", uplink, 0.0, uplink_burst_bytes))
             if rb != 0:
-                hops.append(link(f"rack0->rack{rb}", uplink, 0.0))
+                hops.append(link(f"rack0->rack{rb}", uplink, 0.0, uplink_burst_bytes))
         hops.append(link(f"{b}.in", latency=0.0))
         return tuple(hops)
 

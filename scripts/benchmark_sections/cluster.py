@@ -136,6 +136,17 @@ def render(data: dict) -> list[str]:
         "picks the ring.",
         "",
     ]
+    second = tb.rates_table(data, ex.BIG)
+    if second:
+        lo, hi = tb.rates_spread(data, ex.BIG)
+        lines += [
+            f"The same star at P = {data['rates'][0]['nodes']} at half the rate ({data['rates'][0]['link']}; "
+            f"{tb.size_label(ex.BIG)}, `python scripts/cluster_results.py --only rates`): where the link sets the "
+            f"times, their multiples of n/B do not depend on the rate. The ratios run from {lo:.2f} to {hi:.2f}:",
+            "",
+            *second,
+            "",
+        ]
     if tb.layouts(data):
         lines += [
             "Racks joined by thin uplinks (allreduce, 16 MiB; each rack's uplink carries the stated share of a port "

@@ -221,7 +221,15 @@ def ddp_on_cluster(nodes: int, link: str, layout: Layout, steps: int, repeats: i
 # and the racks again at a quarter of it, where the link, not this host's compute, takes
 # most of a step (the host computes GoogLeNet far slower than the GPUs it stands in for).
 DDP_RUNS = ((8, Layout(2, "1/2"), None), (4, STAR, None), (8, Layout(2, "1/2"), "50mbit"))
-PARTS = ("bench", "racks", "ddp", "train", "auto")
+# The same star at a second rate: times in n/B must not depend on the rate where the link, not
+# the host, sets them. P = 8 at half the experiment's rate, the large message only.
+RATE_NODES = 8
+PARTS = ("bench", "racks", "ddp", "train", "auto", "rates")
+
+
+def half_rate(link: str) -> str:
+    """``link`` at half its rate, in tc's notation (200mbit -> 100000kbit)."""
+    return f"{parse_rate(link) // 2000}kbit"
 
 
 def measure(
@@ -240,8 +248,8 @@ def measure(
 ) -> dict:
     """Run the parts named in ``only`` (bench: the star; racks: the thin-uplink grid; ddp:
     real training, DDP and the trainer; train: the paper's iteration; auto: comm=auto tuned
-    on 4 nodes) and keep the others from ``previous``; ``save`` is called after each
-    measurement, so a failure later loses nothing."""
+    on 4 nodes; rates: the star at P = 8 at half the rate) and keep the others from
+    ``previous``; ``save`` is called after each measurement, so a failure later loses nothing."""
     data = dict(previous or {})
     data["conditions"] = conditions(link) if only else data.get("conditions", conditions(link))
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
@@ -270,6 +278,13 @@ def measure(
             say(f"DDP and the trainer on {p} nodes, {layout.describe()}, {rate or link} ...")
             data["ddp"].append(ddp_on_cluster(p, rate or link, layout, ddp_steps, 1, work))
             save(data)
+    if "rates" in only:
+        rate = half_rate(link)
+        say(f"benchmark on {RATE_NODES} nodes at {rate}, half the rate ...")
+        big = sizes[-1]
+        rows = bench_on_cluster(RATE_NODES, rate, (big, big), trials, work)
+        data["rates"] = [dict(row, link=rate, link_bytes_per_s=parse_rate(rate) / 8) for row in rows]
+        save(data)
     if "auto" in only:
         say("comm=auto tuned on 4 nodes, then timed beside the fixed algorithms ...")
         data["auto"] = auto_on_cluster(4, link, work)

@@ -1,7 +1,15 @@
 """The simulator held against the emulated cluster: every measured row of
 ``cluster_experiment`` priced by ``lptrain.sim.dataflow`` on the same layout (star or
-racks), the machine's two figures (a port's rate, the cost per message) fitted on the
-two-node star rows alone, so that every other row is a prediction, not a fit.
+racks) and on the emulated ports as shaped (token buckets), so that every row but those
+fitted is a prediction. Three figures are fitted, each on a stated subset of rows:
+
+* a port's rate B and the cost of a message with a core per process, on the two-node
+  star rows (``calibrate``);
+* the cost a message adds for each further process per core (``crowding``), on the star
+  rows of the largest P (``fit_crowding``). Every node of the emulated cluster runs on one
+  host, so with P processes on C cores a message's CPU work (posting it, issuing it, the
+  network stack's share of its packets) waits for a core that P / C processes share; on
+  two nodes nothing waits. The rows of every other P, and every racks row, test the law.
 """
 
 from __future__ import annotations
@@ -12,9 +20,21 @@ from dataclasses import dataclass
 
 from doctools.cluster_experiment import SCHEDULE_ALGOS, STAR, layout_of
 from lptrain.comm.algorithms import WITH_VARIANTS
+from lptrain.sim.topology import Topology
 
 FRACTIONS = [0.90 + 0.005 * i for i in range(21)]  # of the nominal rate: TCP's payload, the shaper's bucket
 OVERHEADS = [0.0, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3]  # seconds per message
+CROWDINGS = [0.0, 2.5e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4]  # seconds per message per process per core
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted figures and the rows they were fitted on."""
+
+    bandwidth: float  # a port's rate, bytes/s: the two-node star rows
+    overhead: float  # seconds per message, a core per process: the two-node star rows
+    crowding: float = 0.0  # seconds a message adds per further process per core: the star rows at crowd_nodes
+    crowd_nodes: int | None = None  # None: no rows with more processes than cores (or no cores recorded)
 
 
 @dataclass(frozen=True)
@@ -68,28 +88,63 @@ def _segment(row: dict, rows: list[dict]) -> int:
     return same[0] if same else row["size"]
 
 
-def simulate(row: dict, bandwidth: float, overhead: float, rows: list[dict] | None = None) -> float | None:
+def message_cost(row: dict, overhead: float, crowding: float) -> float:
+    """Seconds of a rank's time per message in ``row``'s run: ``overhead`` with a core per
+    process, and ``crowding`` more for each further process per core of the host that ran
+    every node (``row["cores"]``; none added where the row does not say)."""
+    cores = row.get("cores")
+    return overhead + (crowding * max(0.0, row["nodes"] / cores - 1) if cores else 0.0)
+
+
+def simulate(
+    row: dict,
+    bandwidth: float,
+    overhead: float,
+    rows: list[dict] | None = None,
+    crowding: float = 0.0,
+    bucket: bool = True,
+) -> float | None:
     """The simulator's seconds for ``row`` on its layout, the port at ``bandwidth`` bytes/s
-    and ``overhead`` s per message; None where the row's run is not a schedule."""
+    and ``overhead`` s per message with a core per process (``crowding`` more per further
+    process per core: ``message_cost``), on ports shaped as the row's were (``bucket=False``:
+    on real links, with no bucket); None where the row's run is not a schedule."""
     from lptrain.comm.algorithms import issue_order
     from lptrain.sim.dataflow import simulate_dataflow
     from lptrain.sim.predict import schedule_for
-    from lptrain.sim.topology import oneport, racks
 
     rows = rows if rows is not None else [row]
     run = run_of(row, rows)
     if run is None:
         return None
-    p = row["nodes"]
-    schedule = schedule_for(run.algo, row["op"], p, row["count"], 4, block_bytes=run.block, order=run.order)
-    layout = layout_of(row)
-    if layout == STAR:
-        topology = oneport(p, bandwidth=bandwidth, latency=0.0, overhead=overhead, gamma=0.0)
-    else:
-        topology = racks(p, layout.racks, bandwidth, bandwidth * layout.uplink_fraction, 0.0, overhead, 0.0,
-                         layout.placement)  # fmt: skip
+    schedule = schedule_for(run.algo, row["op"], row["nodes"], row["count"], 4, block_bytes=run.block, order=run.order)
     segment = _segment(row, rows)
+    topology = topology_of(row, bandwidth, message_cost(row, overhead, crowding), bucket)
     return simulate_dataflow(schedule, topology, max(1, segment // 4), order=issue_order(run.algo, row["op"]))
+
+
+def bucket_bytes(row: dict) -> int:
+    """The token bucket lptrain-cluster shaped the row's ports and uplinks with
+    (``lptrain.cluster.plan.Shaping``'s burst at the nominal rate: 128 KiB at 200mbit)."""
+    from lptrain.cluster.plan import Shaping
+
+    return Shaping("node", "eth0", round(row["link_nominal"] * 8)).burst_bytes
+
+
+def topology_of(row: dict, bandwidth: float, overhead: float, bucket: bool = True) -> Topology:
+    """The row's emulated cluster as the simulator's topology: its layout (star or racks),
+    the port at ``bandwidth``, ``overhead`` s per message, and every node's port the token
+    bucket it was shaped with (``bucket_bytes``), which lets an idle port pass that much at
+    once (``bucket=False``: real links, no bucket). The racks' uplinks are shaped the same
+    way but priced with no bucket: how the emulated uplinks carry traffic both ways is not
+    settled (the BE and MST rows on racks), and their bucket moves those rows further off."""
+    from lptrain.sim.topology import oneport, racks
+
+    p, layout = row["nodes"], layout_of(row)
+    burst = bucket_bytes(row) if bucket else 0.0
+    if layout == STAR:
+        return oneport(p, bandwidth=bandwidth, latency=0.0, overhead=overhead, gamma=0.0, burst_bytes=burst)
+    return racks(p, layout.racks, bandwidth, bandwidth * layout.uplink_fraction, 0.0, overhead, 0.0, layout.placement,
+                 burst_bytes=burst)  # fmt: skip
 
 
 def _fit_rows(rows: list[dict]) -> list[dict]:
@@ -110,18 +165,47 @@ def calibrate(rows: list[dict]) -> tuple[float, float]:
     return best[1], best[2]
 
 
-def predictions(rows: list[dict]) -> tuple[float, float, list[dict]]:
+def _crowd_rows(rows: list[dict]) -> list[dict]:
+    """The star's rows at its largest P, where that puts more processes than cores on the host."""
+    crowded = [r for r in rows if layout_of(r) == STAR and r.get("cores") and r["nodes"] > r["cores"]]
+    top = max((r["nodes"] for r in crowded), default=None)
+    return [r for r in crowded if r["nodes"] == top and run_of(r, rows) is not None]
+
+
+def fit_crowding(rows: list[dict], bandwidth: float, overhead: float) -> tuple[float, int | None]:
+    """The seconds a message adds per further process per core, fitted (a grid search for
+    the smallest median error) on the star rows of the largest P alone, with B and the
+    two-node cost per message already fitted; and that P (None where no row has more
+    processes than cores: nothing to fit)."""
+    fit_rows = _crowd_rows(rows)
+    if not fit_rows:
+        return 0.0, None
+    best = (math.inf, 0.0)
+    for crowding in CROWDINGS:
+        errors = [abs(simulate(r, bandwidth, overhead, rows, crowding) / (r["time_us"] / 1e6) - 1) for r in fit_rows]
+        best = min(best, (statistics.median(errors), crowding))
+    return best[1], fit_rows[0]["nodes"]
+
+
+def predictions(rows: list[dict]) -> tuple[Fit, list[dict]]:
     """The fitted figures, and every row the simulator can price with its prediction and
     error (predicted / measured - 1)."""
     bandwidth, overhead = calibrate(rows)
+    fit = Fit(bandwidth, overhead, *fit_crowding(rows, bandwidth, overhead))
     out = []
     for r in rows:
-        predicted = simulate(r, bandwidth, overhead, rows)
+        predicted = simulate(r, bandwidth, overhead, rows, fit.crowding)
         if predicted is not None:
             out.append({**r, "predicted_s": predicted, "error": predicted / (r["time_us"] / 1e6) - 1})
-    return bandwidth, overhead, out
+    return fit, out
 
 
-def held_out(rows: list[dict]) -> list[dict]:
-    """The predicted rows: all but the two-node star rows the figures were fitted on."""
-    return [r for r in rows if not (r["nodes"] == 2 and layout_of(r) == STAR)]
+def fitted(row: dict, fit: Fit) -> bool:
+    """Whether ``row`` is one the figures were fitted on: the two-node star, and the star at
+    the P that fitted the crowding."""
+    return layout_of(row) == STAR and row["nodes"] in (2, fit.crowd_nodes)
+
+
+def held_out(rows: list[dict], fit: Fit) -> list[dict]:
+    """The predicted rows: all but those the figures were fitted on (``fitted``)."""
+    return [r for r in rows if not fitted(r, fit)]

@@ -7,6 +7,7 @@ layouts without the link's rate.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 
 from doctools import cluster_model as model
@@ -53,11 +54,21 @@ def one_port_model(op: str, p: int) -> str:
     return f"LP 1, BE {be:.2f}, MST {math.ceil(math.log2(p))}"
 
 
+def host_cores(data: dict) -> int | None:
+    """The cores of the host that ran every node (older records name them in a sentence,
+    "x86_64, 2 cores, ..."); None where the record does not say."""
+    machine = data["conditions"].get("machine")
+    if isinstance(machine, dict):
+        return machine.get("cores")
+    found = re.search(r"(\d+) cores", machine or "")
+    return int(found.group(1)) if found else None
+
+
 def rows_of(data: dict, layout=STAR) -> list[dict]:
     """The benchmark's rows of one layout (every layout with None), each with the nominal
-    rate of a port in bytes/s."""
+    rate of a port in bytes/s and the host's cores."""
     nominal = data["conditions"]["link_bytes_per_s"]
-    rows = [dict(r, link_nominal=nominal) for r in data.get("bench", [])]
+    rows = [dict(r, link_nominal=nominal, cores=host_cores(data)) for r in data.get("bench", [])]
     return rows if layout is None else [r for r in rows if layout_of(r) == layout]
 
 
@@ -101,6 +112,33 @@ def time_vs_p_table(data: dict, op: str, size: int) -> list[str]:
         vs = f"{cell['auto'] / cell['gloo']:.2f}" if "auto" in cell and "gloo" in cell else "-"
         body.append([str(p), *_cells(cell), auto, vs])
     return table(["P", *map(_column, TABLE_ALGOS), "auto ran", "auto / gloo"], body)
+
+
+def rates_table(data: dict, size: int) -> list[str]:
+    """The star at ``RATE_NODES`` at the experiment's rate and at the second rate
+    (``data["rates"]``), each algorithm's n/B side by side and their ratio: where the link
+    sets the times, the same multiple of n/B at either rate."""
+    second = data.get("rates") or []
+    if not second:
+        return []
+    p = second[0]["nodes"]
+    first = {(r["op"], r["algo"]): n_over_b(r) for r in rows_of(data) if r["nodes"] == p and r["size"] == size}
+    slow = {(r["op"], r["algo"]): r["time_us"] / 1e6 / (r["size"] / r["link_bytes_per_s"]) for r in second
+            if r["size"] == size}  # fmt: skip
+    body = []
+    for op in OPS:
+        for algo in TABLE_ALGOS:
+            if algo != "auto" and (op, algo) in first and (op, algo) in slow:
+                a, b = first[(op, algo)], slow[(op, algo)]
+                body.append([op, _column(algo), f"{a:.2f}", f"{b:.2f}", f"{b / a:.2f}"])
+    links = (data["conditions"]["link"], second[0]["link"])
+    return table(["op", "algo", f"n/B at {links[0]}", f"n/B at {links[1]}", "ratio"], body)
+
+
+def rates_spread(data: dict, size: int) -> tuple[float, float] | None:
+    """The lowest and highest ratio of n/B at the second rate over the first (None: not measured)."""
+    ratios = [float(line.split("|")[5]) for line in rates_table(data, size)[2:]]
+    return (min(ratios), max(ratios)) if ratios else None
 
 
 def span(data: dict, algo: str, op: str, size: int) -> tuple[float, float, list[int]]:
@@ -170,8 +208,8 @@ def racks_speedup(data: dict, racks: int, uplink: str, p: int, size: int) -> flo
 def prediction_summary(data: dict) -> tuple[list[str], dict]:
     """The simulator against every row it can price: a table of median and largest error per
     layout, op and algorithm (over P and sizes), and the figures of the fit."""
-    bandwidth, overhead, rows = model.predictions(rows_of(data, None))
-    held = model.held_out(rows)
+    fit, rows = model.predictions(rows_of(data, None))
+    held = model.held_out(rows, fit)
     body = []
     groups: dict[tuple, list[dict]] = {}
     for r in held:
@@ -186,12 +224,28 @@ def prediction_summary(data: dict) -> tuple[list[str], dict]:
     lines = table(["layout", "op", "algo", "rows", "median error", "largest (where)"], body)
     errors = [abs(r["error"]) for r in held]
     by_p = {p: [abs(r["error"]) for r in held if r["nodes"] == p] for p in sorted({r["nodes"] for r in held})}
-    summary = {"bandwidth": bandwidth, "overhead": overhead, "median": statistics.median(errors), "max": max(errors),
-               "count": len(held), "over_15": [r for r in held if abs(r["error"]) > 0.15],
+    fitted = [r for r in rows if model.fitted(r, fit)]
+    summary = {"fit": fit, "bandwidth": fit.bandwidth, "overhead": fit.overhead, "median": statistics.median(errors),
+               "max": max(errors), "count": len(held), "over_15": [r for r in held if abs(r["error"]) > 0.15],
                "by_p": {p: (statistics.median(e), max(e)) for p, e in by_p.items()},
                "slower": sum(r["error"] < 0 for r in held),
-               "worst": max(held, key=lambda r: abs(r["error"]))}  # fmt: skip
+               "worst": max(held, key=lambda r: abs(r["error"])),
+               "fitted": fitted, "held": held, "bucket": bucket_evidence(rows, fit)}  # fmt: skip
     return lines, summary
+
+
+def bucket_evidence(rows: list[dict], fit: model.Fit) -> dict | None:
+    """LP's pipeline at 4 MiB on the stars of P >= 8, where the fill is a large part of the
+    time: the smallest and largest error priced on the ports as shaped (``shaped``) and on
+    real links with no bucket (``real``), and the bucket; None where no such row was measured."""
+    lp = [r for r in rows if layout_of(r) == STAR and r["algo"] == "lp" and r["size"] == 4 << 20 and r["nodes"] >= 8]
+    if not lp:
+        return None
+    real = [model.simulate(r, fit.bandwidth, fit.overhead, rows, fit.crowding, bucket=False) / (r["time_us"] / 1e6) - 1
+            for r in lp]  # fmt: skip
+    shaped = [r["error"] for r in lp]
+    return {"count": len(lp), "real": (min(real), max(real)), "shaped": (min(shaped), max(shaped)),
+            "bucket": model.bucket_bytes(lp[0]), "nodes": sorted({r["nodes"] for r in lp})}  # fmt: skip
 
 
 def misses_table(summary: dict) -> list[str]:
