@@ -214,13 +214,16 @@ def _misses(s: dict) -> list[str]:
     out = []
     if racks:
         out.append(
-            f"- {len(racks)} rows of BE and MST on racks, all slower than the model: their steps send several "
-            "connections across one uplink direction at once (BE's exchanges, the tree's fan-out), and both ways on "
-            "each connection. The ring and LP, one connection per uplink direction, sit within a few percent. A "
-            "plain gloo exchange across a half-port uplink took 1.0x or 2.0x its ideal time from one round to the "
-            "next, so the shaped uplink (or TCP over it) does not always carry both directions at its rate: the "
-            "measurement, not the model, is the suspect, and the fidelity check, one connection one way per pair, "
-            "does not see it."
+            f"- {len(racks)} row(s) of BE and MST on racks, slower than the model even with the executor's pacing "
+            "priced (a send to a new peer waits until the earlier steps' bytes would have left at the one rate "
+            "measured at start, the uplink's). Their steps send several connections across one uplink direction at "
+            "once, both ways on each, and such exchanges vary from run to run: a raw TCP exchange of 1 MiB each way "
+            "over two connections across a 10 Mbit/s uplink took 0.94x to 1.77x its ideal time, BE's uplink step as "
+            "plain gloo messages 1.0x to 1.28x; in a slow one bbr's estimate of the rate stayed at the shaped "
+            "buckets' first burst (1.2 Gbit/s) while 0.4 s of data stood in the uplink's FIFO, where the "
+            "acknowledgements riding on the other direction's data wait. The model gives each flow its fair share, "
+            "so the measurement is the suspect (not verified row by row); the fidelity check's uplink figure says "
+            "whether the uplinks carried their rate, several flows each way, in that run."
         )
     if small_blocks:
         out.append(_small_blocks_words(small_blocks, s["held"]))

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from lptrain.cluster import cli, fidelity
-from lptrain.cluster.fidelity import Fidelity, FlowRate, check_flows
+from lptrain.cluster.fidelity import Fidelity, FlowRate, check_flows, uplink_flows, uplink_loads
 from lptrain.cluster.launch import Outcome
 from lptrain.cluster.netns import list_namespaces
 from lptrain.cluster.plan import (
@@ -187,6 +187,102 @@ def test_the_verdict_passes_at_ninety_percent_and_refuses_below_saying_what_to_l
     assert json.loads(json.dumps(record)) == record
 
 
+def test_the_uplink_check_loads_every_uplink_both_ways_with_several_flows_at_once():
+    """The ring above puts one flow on each uplink direction; BE's exchanges and a tree's
+    fan-out put several there, both ways at once. The uplink check sends every node's one
+    flow to a node in another rack, so that each direction of each uplink carries as many
+    flows as a rack has nodes (a permutation: every port sends one and receives one)."""
+    specs = (
+        (_spec(nodes=4, layout="racks", racks=2, uplink_bits=50 * MBIT), 2),
+        (_spec(nodes=8, layout="racks", racks=2, uplink_bits=50 * MBIT), 4),
+        (_spec(nodes=8, layout="racks", racks=4, uplink_bits=50 * MBIT), 2),
+        (_spec(nodes=8, layout="racks", racks=2, placement="interleaved"), 4),
+    )
+    for spec, per_rack in specs:
+        flows = uplink_flows(spec)
+        assert sorted(f.src for f in flows) == sorted(f.dst for f in flows) == list(range(spec.nodes))
+        assert all(spec.rack_of(f.src) != spec.rack_of(f.dst) for f in flows), (spec, flows)
+        for rack in range(1, spec.racks):
+            up = [f for f in flows if spec.rack_of(f.src) == rack]
+            down = [f for f in flows if spec.rack_of(f.dst) == rack]
+            assert len(up) == len(down) == per_rack, (spec, flows)
+            assert all(rack in f.uplinks for f in up + down)
+    assert uplink_flows(_spec(nodes=8)) == ()  # a star has no uplink
+
+
+def _uplinks_measured(spec: ClusterSpec, bits: dict[tuple[int, int], float]) -> Fidelity:
+    """A faithful ring, and the uplink check's flow (src, dst) at ``bits`` (its share otherwise)."""
+    flows = uplink_flows(spec)
+    share = spec.uplink_rate() / (spec.nodes // spec.racks)
+    rates = [bits.get((f.src, f.dst), 0.99 * share) for f in flows]
+    loads = uplink_loads(spec, tuple(FlowRate(f, b, window_bits=1.5 * b) for f, b in zip(flows, rates)), 1.5)
+    ring = _measured(spec, {})
+    return Fidelity(spec, ring.rates, window_s=1.5, softirq=0.02, busy=0.5, uplinks=loads)
+
+
+def test_the_verdict_holds_each_uplink_direction_to_its_rate_whatever_the_split_between_flows():
+    spec = _spec(nodes=4, layout="racks", racks=2, uplink_bits=100 * MBIT)
+    uneven = _uplinks_measured(spec, {(2, 0): 70e6, (3, 1): 28e6})  # TCP splits unevenly: 98% in all
+    assert uneven.passed and {(u.rack, u.toward_rack) for u in uneven.uplinks} == {(1, 0), (1, 1)}
+    assert all(u.flows == 2 and u.nominal_bits == 100 * MBIT for u in uneven.uplinks)
+    assert "every uplink loaded both ways at once (2 flows each way)" in uneven.summary()
+    assert "the slowest direction carried 98.0% of 100mbit (rack 1 to rack 0)" in uneven.summary()
+    below = _uplinks_measured(spec, {(0, 2): 40e6, (1, 3): 35e6})  # rack 0 to rack 1: 75% of the uplink
+    assert not below.passed and below.worst.ratio >= 0.9 and "BELOW FIDELITY" in below.summary()
+    line = below.refusal()
+    assert "\n" not in line
+    assert "the uplink from rack 0 to rack 1 carried 75% of 100mbit with 2 flows" in line, line
+    assert "lower --uplink, --link or --nodes" in line and "--accept-low-fidelity" in line
+    record = below.to_json()
+    assert record["passed"] is False and record["worst_uplink_ratio"] == pytest.approx(0.75)
+    assert {(u["rack"], u["toward_rack"], u["flows"]) for u in record["uplinks"]} == {(1, 0, 2), (1, 1, 2)}
+    assert json.loads(json.dumps(record)) == record
+    assert any("uplink from rack 0 to rack 1: 75.0mbit of 100mbit (75.0%), 2 flows" in x for x in below.lines())
+    star = _measured(_spec(nodes=4), {})
+    assert "uplink" not in star.summary() and star.to_json()["uplinks"] == []
+
+
+def test_an_uplink_direction_is_what_its_flows_read_inside_the_window_not_the_sum_of_their_rates():
+    """Flows that share an uplink take turns: one may get the link for a tenth of the window
+    and read at ten times its share there. Each flow's rate is timed from its first read to its
+    last, so the sum of the rates would count that burst as if it had lasted the whole window
+    (the check read 193% of a 5 Mbit/s uplink that way); a direction is the bits that all its
+    flows read inside the window, over the window."""
+    spec = _spec(nodes=4, layout="racks", racks=2, uplink_bits=10 * MBIT)
+    flows = {(f.src, f.dst): f for f in uplink_flows(spec)}
+    burst = FlowRate(flows[(0, 2)], 20e6, window_bits=3e6)  # 2 Mbit in 0.1 s, and its first read's 1 Mbit
+    steady = FlowRate(flows[(1, 3)], 7e6, window_bits=12e6)
+    (down,) = [u for u in uplink_loads(spec, (burst, steady), 1.5) if u.toward_rack == 1]
+    assert down.measured_bits == pytest.approx(10e6) and down.ratio == pytest.approx(1.0)
+    report = {"bytes": 250_000, "seconds": 0.1, "window_bytes": 375_000}
+    assert fidelity.flow_rate(flows[(0, 2)], report) == FlowRate(flows[(0, 2)], 20e6, window_bits=3e6)
+    assert fidelity.flow_rate(flows[(0, 2)], {"bytes": 0, "seconds": 0.0}) == FlowRate(flows[(0, 2)], 0.0)
+
+
+def test_the_probe_counts_every_read_inside_the_window_and_times_the_first_to_the_last(monkeypatch):
+    from lptrain.cluster import probe
+
+    class Reads:
+        """A connection whose reads come at the given times with the given bytes."""
+
+        def __init__(self, reads):
+            self.reads = list(reads)
+
+        def recv_into(self, buffer):
+            if not self.reads:
+                return 0
+            at, n = self.reads.pop(0)
+            clock[0] = at
+            return n
+
+    clock = [0.0]
+    monkeypatch.setattr(probe.time, "monotonic", lambda: clock[0])
+    got = probe.receive(Reads([(0.5, 100), (1.0, 300), (1.5, 500), (2.0, 700), (3.5, 900)]), (0.8, 2.2), 10.0)
+    one = probe.receive(Reads([(0.5, 100), (1.0, 300), (3.5, 900)]), (0.8, 2.2), 10.0)
+    assert got == {"bytes": 1200, "seconds": 1.0, "window_bytes": 1500}
+    assert one == {"bytes": 0, "seconds": 0.0, "window_bytes": 300}
+
+
 # ---------------------------------------------------------------- the refusal, end to end
 
 
@@ -330,6 +426,9 @@ def test_the_real_check_on_three_nodes_in_interleaved_racks(tmp_path):
     record = json.loads((tmp_path / "fidelity.json").read_text())
     assert record["passed"] and len(record["flows"]) == 3 and 0 <= record["softirq"] <= 1
     assert sum(1 for f in record["flows"] if f["uplinks"]) == 2  # the uplink busy both ways
+    assert len(record["uplinks"]) == 2 and "every uplink loaded both ways at once" in lines[1], err
+    for uplink in record["uplinks"]:  # the uplink check: its rate each way (a sum of flows, each timed
+        assert 0.9 <= uplink["ratio"] <= 1.05, uplink  # from its own first read to its last)
     for flow in record["flows"]:
         assert 0.9 <= flow["ratio"] <= 1.02, flow
     assert not [n for n in list_namespaces() if n.startswith(f"lpc{proc.pid}-")]

@@ -135,3 +135,24 @@ def test_a_pipelines_fill_costs_half_a_segment_a_hop_where_the_bucket_is_half_a_
     shaped = simulate_dataflow(schedule, _shaped(p, segment * 4 / 2), segment, order=order)
     assert real == pytest.approx(N * 4 / B + (p - 2) * seconds_per_segment, rel=1e-6)
     assert shaped == pytest.approx(N * 4 / B + (p - 2) / 2 * seconds_per_segment - seconds_per_segment / 2, rel=1e-6)
+
+
+def test_sends_are_paced_at_the_rate_the_executor_measured_so_be_on_racks_waits_for_the_uplink():
+    """On a slow link the executor holds a send to a new peer until the earlier steps' bytes
+    would have left its port at the rate it measured at start (``lptrain.comm.program.PortQueue``),
+    and it measures the slowest link of a ring: on two racks of two joined by an uplink at a
+    quarter of a port, the uplink's rate. BE's allreduce at P = 4 then waits after its in-rack
+    step as if those bytes had crossed the uplink: 2 + 2 + 2 + 0.5 = 6.5 n/B, where an
+    unpaced executor would take 0.5 + 2 + 2 + 0.5 = 5 (the emulated cluster measured 6.4)."""
+    from lptrain.sim.dataflow import run_dataflow
+    from lptrain.sim.topology import racks
+
+    quarter = racks(4, 2, B, B / 4, 0.0, 0.0, 0.0)
+    schedule, order, unit = be.allreduce(4, N), be.ISSUE_ORDER["allreduce"], N * 4 / B
+    assert simulate_dataflow(schedule, quarter, SEGMENT, order=order) / unit == pytest.approx(6.5, rel=0.02)
+    unpaced = run_dataflow(schedule, quarter, SEGMENT, order=order, drain_bytes_per_s=0.0).seconds
+    assert unpaced / unit == pytest.approx(5.0, rel=0.02)
+    paced = run_dataflow(schedule, quarter, SEGMENT, order=order, drain_bytes_per_s=B / 4).seconds
+    assert paced / unit == pytest.approx(6.5, rel=0.02)
+    # On one switch the measured rate is the port's: pacing holds nothing back.
+    assert _multiple(schedule, 4, order) == pytest.approx(1.5, rel=0.02)

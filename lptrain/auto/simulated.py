@@ -17,7 +17,11 @@ is in, so the pipeline fills in segments (``_priced_block``). Priced in whole bl
 LP's automatic block (256 KiB, 128 KiB messages) on 8 nodes in 2 racks with uplinks at
 half a port looked a third dearer than 64 KiB blocks at 4 MiB, where the two measured 483 and
 469 ms; at 16 MiB they measured 1522 and 1647 ms, and priced in segments the smaller
-block's gain stays under the 5% margin there (2026-12-05, lptrain-cluster, 2 cores).
+block's gain stays under the 5% margin there (2026-12-05, lptrain-cluster, 2 cores). On such
+a model no fixed block below LP's automatic one on that link is priced (what the link carries
+in 5 ms, ``lptrain.comm.program.pipeline_block_bytes``): priced from the lone exchange
+measured at start, 64 KiB blocks looked cheapest on the 200mbit star at 4 MiB and measured
+1.40 n/B against LP's own 1.10 for a broadcast over 16 nodes, 1.71 against 1.25 for a reduce.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from lptrain.comm.program import auto_segment_bytes
 from lptrain.comm.sizes import format_size
 from lptrain.sim.dataflow import measured_rate
 from lptrain.sim.declared import topology_of
-from lptrain.sim.predict import lp_block_bytes, predict, rack_orders
+from lptrain.sim.predict import lp_block_bytes, predict, rack_orders, sizing_of
 from lptrain.sim.topology import Topology
 
 SIMULATED = WITH_VARIANTS
@@ -43,11 +47,15 @@ def _candidates(op: str, topology: Topology, nbytes: int) -> list[tuple[str, Any
     """(algorithm, block or "auto", order's name, order or None) for every candidate."""
     algos = sorted(SIMULATED if op == "allreduce" else SCHEDULES, key=lambda a: a != "ring")
     orders = rack_orders(topology)
+    # On a slow link measured across processes, no block below the one the link sets: the model
+    # prices a message's cost as the lone exchange measured at start, where with many processes
+    # per core each costs more, the reason the link floors the block (pipeline_block_bytes).
+    floor = (sizing_of(topology).link_block or 0) if topology.world_size > 1 else 0
     out = []
     for algo in algos:
         blocks: list[Any] = ["auto"]
         if "block_size" in option_names(algo):
-            blocks += [b for b in BLOCKS if b < nbytes]
+            blocks += [b for b in BLOCKS if b < nbytes and b >= floor]
         for name, order in orders.items():
             for block in blocks:
                 out.append((algo, block, name, None if name == "natural" else order))

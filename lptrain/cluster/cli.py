@@ -10,8 +10,9 @@
 Every node is a network namespace with one port of ``--link`` each way (``tc`` token
 bucket), joined by a bridge in a switch namespace; one torchrun node runs the command in
 each, rendezvousing over those links (gloo). Before the command, the fidelity check
-(``lptrain.cluster.fidelity``) has every port send and receive at once and refuses a
-cluster the host cannot carry. Rank 0's output is printed; every node's is kept in
+(``lptrain.cluster.fidelity``) has every port send and receive at once (with racks, then
+every uplink carry several flows each way at once) and refuses a cluster the host cannot
+carry. Rank 0's output is printed; every node's is kept in
 ``--logs``, beside cluster.txt and fidelity.json. The first Ctrl-C (or SIGTERM) is passed
 on to every worker, which gets ``--stop-grace`` seconds to finish its step and save; a
 second Ctrl-C ends them at once. On success, failure, timeout or Ctrl-C, every process

@@ -7,8 +7,9 @@ connects to the same port at ``--to``, accepts the one connection coming in, and
 the monotonic clock, which every namespace shares), sends as fast as TCP lets it from
 START until the window ends, and counts what arrives. It prints one JSON line: the bytes
 received between the first and the last read inside the window ``[START + WARMUP, START +
-WARMUP + SECONDS]``, and the times of those reads, so that the rate is exact whatever the
-size of each read.
+WARMUP + SECONDS]``, the time between those reads, so that the rate is exact whatever the
+size of each read, and every byte of the reads inside the window (``window_bytes``), so that
+flows taking turns on one link can be counted together over the window.
 
 Plain sockets and no torch: the check measures what the host's network stack carries, and
 starts in a fraction of a second on every node.
@@ -52,7 +53,7 @@ def _send(conn: socket.socket, start: float, end: float) -> None:
 def receive(conn: socket.socket, window: tuple[float, float], stop: float) -> dict:
     """Read until the peer stops sending (or ``stop``); the bytes and times of the window's reads."""
     buffer = bytearray(CHUNK)
-    total, first, last = 0, None, None
+    total, first, last, before = 0, None, None, 0
     while time.monotonic() < stop:
         try:
             n = conn.recv_into(buffer)
@@ -64,11 +65,12 @@ def receive(conn: socket.socket, window: tuple[float, float], stop: float) -> di
         total += n
         if window[0] <= now <= window[1]:
             if first is None:
-                first = (now, total)
+                first, before = (now, total), total - n
             last = (now, total)
+    inside = last[1] - before if last is not None else 0
     if first is None or last is None or last[0] <= first[0]:
-        return {"bytes": 0, "seconds": 0.0}
-    return {"bytes": last[1] - first[1], "seconds": last[0] - first[0]}
+        return {"bytes": 0, "seconds": 0.0, "window_bytes": inside}
+    return {"bytes": last[1] - first[1], "seconds": last[0] - first[0], "window_bytes": inside}
 
 
 def main(argv: list[str] | None = None) -> None:

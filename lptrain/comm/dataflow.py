@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lptrain.comm.program import ISSUE_ORDERS, Action, IssuePolicy, issue_policy, rank_program
+from lptrain.comm.program import ISSUE_ORDERS, Action, IssuePolicy, PortQueue, issue_policy, rank_program
 from lptrain.comm.schedule import Kind
 
 __all__ = [
@@ -218,24 +218,6 @@ class _Posted:
     staged: torch.Tensor | None  # the staging slot, or None when received in place
 
 
-class _Port:
-    """This rank's outgoing port as one queue drained at the measured rate: when the bytes
-    of each step issued so far would have left it, and which peers that step sent to."""
-
-    def __init__(self, bytes_per_s: float) -> None:
-        self.rate = bytes_per_s
-        self.free = 0.0  # when the bytes issued so far would have left the port
-        self.steps: dict[int, tuple[float, set[int]]] = {}  # step -> (when its bytes have left, its peers)
-
-    def drained(self, a: Action) -> float:
-        """When the bytes of the earlier steps that sent to a peer other than ``a``'s have left."""
-        return max((t for s, (t, to) in self.steps.items() if s < a.step and to - {a.peer}), default=0.0)
-
-    def queue(self, a: Action, nbytes: int, now: float) -> None:
-        self.free = max(self.free, now) + nbytes / self.rate
-        self.steps[a.step] = (self.free, self.steps.get(a.step, (0.0, set()))[1] | {a.peer})
-
-
 class Dataflow:
     """One call of ``run_program``: the program worked through in order (module docstring).
 
@@ -260,7 +242,7 @@ class Dataflow:
         self.posted: deque[_Posted] = deque()
         self.sending: dict[int, tuple[Action, object]] = {}
         self.lookahead = 0
-        self.port = _Port(drain_bytes_per_s) if drain_bytes_per_s > 0 else None
+        self.port = PortQueue(drain_bytes_per_s) if drain_bytes_per_s > 0 else None
 
     def run(self) -> None:
         self.look_ahead(-1)  # receives first: see the module docstring

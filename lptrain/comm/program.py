@@ -59,7 +59,7 @@ AUTO_SEGMENT_BYTES = (1 << 20, 4 << 20)
 LINK_SEGMENT_SECONDS = 0.01
 MIN_LINK_SEGMENT_BYTES = 64 << 10
 # A pipelined chain's block (LP's ``block_size=auto``) on a slow link: what the link carries in
-# 5 ms (a power of two, at least 32 KiB), half a segment. The chain's fill is P - 2 blocks,
+# 5 ms (a power of two, at least 128 KiB), half a segment at 200 Mbit/s. The chain's fill is P - 2 blocks,
 # each a block's time on the link, so the block should be small; but every block is a message
 # on each rank, and with many ranks on few cores each message costs more than its transfer
 # hides. On the emulated star at 200 Mbit/s (lptrain-cluster, 2-core machine, 2026-12-05,
@@ -72,9 +72,14 @@ MIN_LINK_SEGMENT_BYTES = 64 << 10
 # (a step costs the larger of the two, not their sum), so the cost model's square-root block
 # (``lptrain.comm.algorithms.lp.optimal_block_bytes``, a cost added to every step) does not
 # apply; below a few of a message's costs (1 to 2 ms with 8 to 16 processes on 2 cores) a
-# smaller block loses far more than a larger one gains.
+# smaller block loses far more than a larger one gains. Not below 128 KiB: on 2 and 4 racks
+# joined by uplinks at a quarter of a port (the link measured is the uplink's, 6.25 MB/s) 32
+# KiB blocks took an allreduce of 16 MiB to 12.9 and 23.7 n/B where 256 KiB blocks in 64 KiB
+# messages had taken 4.4 and 9.2 (each message waits for its receiver's notice, which queues
+# behind the other direction's data on the uplink); at half a port, 64 KiB blocks over 8
+# nodes took 4.15 n/B against 2.27 (same grid, 2026-12-05).
 PIPELINE_BLOCK_SECONDS = 0.005
-MIN_PIPELINE_BLOCK_BYTES = 32 << 10
+MIN_PIPELINE_BLOCK_BYTES = 128 << 10
 # A fast link: one that moves bytes at least about as fast as a core adds float32 arrays
 # (about 2 GB/s here; loopback gloo measured 1.3 to 3.6 GB/s, a 10 Gbit/s port is 1.25) leaves
 # the CPU, not the link, setting the time, and no queue builds up on it that pacing would have
@@ -107,7 +112,8 @@ def auto_segment_bytes(nbytes: int, world_size: int, bytes_per_s: float | None =
 
 def pipeline_block_bytes(bytes_per_s: float | None) -> int | None:
     """LP's automatic block on a link measured at ``bytes_per_s``: on a slow link what it
-    carries in ``PIPELINE_BLOCK_SECONDS`` (a power of two, at least ``MIN_PIPELINE_BLOCK_BYTES``);
+    carries in ``PIPELINE_BLOCK_SECONDS`` (a power of two, at least ``MIN_PIPELINE_BLOCK_BYTES``,
+    128 KiB);
     None on a fast link or none measured, where the cost model and the segment size it."""
     if bytes_per_s is None or fast_link(bytes_per_s):
         return None
@@ -241,3 +247,31 @@ def issue_policy(order: str) -> IssuePolicy:
     if order not in ISSUE_POLICIES:
         raise ValueError(f"unknown issue order {order!r}; valid: {', '.join(ISSUE_ORDERS)}")
     return ISSUE_POLICIES[order]
+
+
+class PortQueue:
+    """A rank's outgoing port as one queue drained at the rate measured at start
+    (``pacing_rate``): when the bytes of each step issued so far would have left it, and
+    which peers that step sent to. The executor holds a send to a new peer until
+    ``drained`` (its ``ports`` and ``steps`` orders on a slow link), and the simulator
+    replays the same clock, so it prices the wait the executor takes.
+
+    The rate is one figure, the slowest link of the ring the transport was measured on
+    (``lptrain.comm.transport``): where the peers sit behind links of different rates (racks
+    joined by a thinner uplink) it is the thinnest link's, so bytes to a peer in the same
+    rack are counted as leaving at the uplink's rate and the next step to another peer
+    waits for them that long."""
+
+    def __init__(self, bytes_per_s: float) -> None:
+        self.rate = bytes_per_s
+        self.free = 0.0  # when the bytes issued so far would have left the port
+        self.steps: dict[int, tuple[float, set[int]]] = {}  # step -> (when its bytes have left, its peers)
+
+    def drained(self, a: Action) -> float:
+        """When the bytes of the earlier steps that sent to a peer other than ``a``'s have left."""
+        return max((t for s, (t, to) in self.steps.items() if s < a.step and to - {a.peer}), default=0.0)
+
+    def queue(self, a: Action, nbytes: int, now: float) -> None:
+        """Add a send of ``nbytes`` issued at ``now`` (seconds on the caller's clock)."""
+        self.free = max(self.free, now) + nbytes / self.rate
+        self.steps[a.step] = (self.free, self.steps.get(a.step, (0.0, set()))[1] | {a.peer})

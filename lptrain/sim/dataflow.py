@@ -13,6 +13,9 @@ each rank's program (``rank_program``, the executor's own) in simulated time:
   and waits for what the algorithm's issue order asks (earlier steps' sends to other
   peers for ``ports``, and every earlier step's receive too for ``steps``): it asks the
   executor's own ``IssuePolicy`` (``lptrain.comm.program``), so the two cannot drift;
+* on a slow link those orders also pace: a send to a new peer waits until the earlier
+  steps' bytes would have left the rank's port at the rate the executor measures at start
+  (the slowest link of a ring: on racks, the uplink's), the executor's own ``PortQueue``;
 * receives are posted ahead in program order, as the executor's look-ahead posts them: at
   most ``window`` not yet applied, and no further than the issue order allows (under
   ``steps``, a receive only once the receives of earlier steps are in);
@@ -40,7 +43,15 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lptrain.comm.program import Action, IssuePolicy, auto_segment_bytes, issue_policy, rank_program
+from lptrain.comm.program import (
+    Action,
+    IssuePolicy,
+    PortQueue,
+    auto_segment_bytes,
+    issue_policy,
+    pacing_rate,
+    rank_program,
+)
 from lptrain.comm.schedule import Kind, Schedule
 from lptrain.sim.topology import Link, Topology
 
@@ -93,6 +104,7 @@ class _Rank:
         self.received: dict[int, int] = defaultdict(int)  # receives posted so far from each peer
         self.recv_key: dict[int, Key] = {}  # action index -> message key
         self.issued: dict[int, tuple[Action, Key]] = {}  # action index -> the send, its message's key
+        self.port: PortQueue | None = None  # the executor's pacing clock (slow links)
         self.finished = False
 
 
@@ -112,11 +124,14 @@ class _Simulation:
         policy: IssuePolicy,
         window: int,
         starts: Sequence[float] | None = None,
+        drain_bytes_per_s: float = 0.0,
     ):
         self.topology, self.itemsize, self.policy, self.window = topology, itemsize, policy, window
         self.ranks = [_Rank(r, rank_program(schedule, r, segment)) for r in range(schedule.world_size)]
         for rank, late in zip(self.ranks, starts or ()):
             rank.clock = late
+        for rank in self.ranks:
+            rank.port = PortQueue(drain_bytes_per_s) if drain_bytes_per_s > 0 else None
         self.arrived: dict[Key, float] = {}  # message key -> when its last byte landed
         self.delivered: dict[Key, float] = {}  # message key -> when its last byte left
         self.starts: list[tuple[float, int, _Flow]] = []  # flows waiting for their send time
@@ -213,6 +228,8 @@ class _Simulation:
             if any(k not in self.delivered for k in earlier):
                 return False
             rank.clock = max([rank.clock, *(self.delivered[k] for k in earlier)])
+            if rank.port is not None:  # paced: the earlier steps' bytes have left at the measured rate
+                rank.clock = max(rank.clock, rank.port.drained(a))
         if self.policy.waits_for_receives:
             before = [rank.recv_key[p.index] for p in self.policy.receives_first(a, rank.program[: a.index])]
             if any(k not in self.arrived for k in before):
@@ -226,6 +243,8 @@ class _Simulation:
         rank.clock += self.topology.overhead
         links = self.topology.route(rank.rank, a.peer)
         flow = _Flow(rank.rank, a.peer, key, links, (a.stop - a.start) * self.itemsize, sum(x.latency for x in links))
+        if rank.port is not None:
+            rank.port.queue(a, (a.stop - a.start) * self.itemsize, rank.clock)
         if key in self.posted_at:
             self.release(max(rank.clock, self.posted_at[key]), flow)
         else:
@@ -337,16 +356,21 @@ def run_dataflow(
     order: str | IssuePolicy = "eager",
     window: int = WINDOW,
     starts: Sequence[float] | None = None,
+    drain_bytes_per_s: float | None = None,
 ) -> DataflowRun:
     """``simulate_dataflow``'s call, with the count of messages that shared a receiving port.
     ``starts`` gives each rank's start in seconds (a rank that got its core late; all 0 by
     default): on a shared host the ranks enter a call out of step, and a schedule's
     issue order decides whether that costs only the delay or also shares ports. ``order``
-    may also be an ``IssuePolicy`` of one's own, to price an order no algorithm uses."""
+    may also be an ``IssuePolicy`` of one's own, to price an order no algorithm uses.
+    ``drain_bytes_per_s`` is the rate sends are paced at (``PortQueue``; 0: not paced); by
+    default the executor's, ``pacing_rate`` of the link it would measure on ``topology``."""
     if schedule.world_size != topology.world_size:
         raise ValueError(f"the schedule has P={schedule.world_size} but the topology {topology.world_size}")
     policy = order if isinstance(order, IssuePolicy) else issue_policy(order)
-    simulation = _Simulation(schedule, topology, segment, itemsize, policy, window, starts)
+    if drain_bytes_per_s is None:
+        drain_bytes_per_s = pacing_rate(topology.link_rate or measured_rate(topology))
+    simulation = _Simulation(schedule, topology, segment, itemsize, policy, window, starts, drain_bytes_per_s)
     seconds = simulation.run()
     return DataflowRun(seconds, simulation.shared_arrivals)
 
