@@ -50,7 +50,7 @@ def _candidates(op: str, topology: Topology, nbytes: int) -> list[tuple[str, Any
     # On a slow link measured across processes, no block below the one the link sets: the model
     # prices a message's cost as the lone exchange measured at start, where with many processes
     # per core each costs more, the reason the link floors the block (pipeline_block_bytes).
-    floor = (sizing_of(topology).link_block or 0) if topology.world_size > 1 else 0
+    floor = sizing_of(topology).link_block or 0
     out = []
     for algo in algos:
         blocks: list[Any] = ["auto"]
