@@ -106,8 +106,14 @@ def auto_segment_bytes(nbytes: int, world_size: int, bytes_per_s: float | None =
     share = min(max(nbytes // world_size, low), high)
     if bytes_per_s is None or fast_link(bytes_per_s):
         return share
-    carried = max(LINK_SEGMENT_SECONDS * bytes_per_s, 1)
-    return min(share, max(MIN_LINK_SEGMENT_BYTES, 1 << max(0, math.ceil(math.log2(carried)))))
+    return min(share, _carried_in(LINK_SEGMENT_SECONDS, bytes_per_s, MIN_LINK_SEGMENT_BYTES))
+
+
+def _carried_in(seconds: float, bytes_per_s: float, floor: int) -> int:
+    """What a link at ``bytes_per_s`` carries in ``seconds``, rounded up to a power of two,
+    at least ``floor``: the shared shape of the slow-link segment and block."""
+    carried = max(seconds * bytes_per_s, 1)
+    return max(floor, 1 << max(0, math.ceil(math.log2(carried))))
 
 
 def pipeline_block_bytes(bytes_per_s: float | None) -> int | None:
@@ -117,8 +123,7 @@ def pipeline_block_bytes(bytes_per_s: float | None) -> int | None:
     None on a fast link or none measured, where the cost model and the segment size it."""
     if bytes_per_s is None or fast_link(bytes_per_s):
         return None
-    carried = max(PIPELINE_BLOCK_SECONDS * bytes_per_s, 1)
-    return max(MIN_PIPELINE_BLOCK_BYTES, 1 << max(0, math.ceil(math.log2(carried))))
+    return _carried_in(PIPELINE_BLOCK_SECONDS, bytes_per_s, MIN_PIPELINE_BLOCK_BYTES)
 
 
 def pacing_rate(bytes_per_s: float | None) -> float:
