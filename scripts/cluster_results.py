@@ -110,11 +110,17 @@ def _racks_section(data: dict) -> list[str]:
 def _training_section(data: dict) -> list[str]:
     lines = []
     if data.get("ddp"):
-        steps = data["ddp"][0]["steps"]
+        steps, warmup = data["ddp"][0]["steps"], data["ddp"][0].get("warmup_steps")
+        timed = (
+            f"{steps} steps timed after {warmup} of warm-up, timed apart: DDP sorts its buckets anew after its first "
+            "step and auto chooses for each new bucket size at its first message"
+            if warmup
+            else f"{steps} steps after start-up"
+        )
         lines += [
             "### Real training: DDP with lptrain.ddp and lptrain's trainer against DDP native",
             "",
-            f"GoogLeNet (`+recipe=googlenet`, {steps} steps after start-up, one CPU process per node, DDP's 25 MiB "
+            f"GoogLeNet (`+recipe=googlenet`, {timed}; one CPU process per node, DDP's 25 MiB "
             'buckets), `python scripts/bench_ddp_hook.py --recipe googlenet --cluster "..."`: the wall clock of '
             "the training steps, one round. auto prices the topology it probes at start. Every node computes on "
             "the same 2-core host, far slower than the GPUs it stands in for: at 200mbit compute takes most of a "

@@ -81,7 +81,7 @@ def main() -> None:
     per_device = int(t.batch_per_device)
     sampler = StepBatchSampler(len(data.train), per_device * world, int(t.seed), 0, args.steps, rank, per_device)
     spec = SPECS[cfg.model.name]
-    losses = []
+    losses, step_s = [], []
     with train_batches(data.train, sampler, resolve_workers(cfg.data.workers), False) as batches:
         dist.barrier()
         began = time.perf_counter()
@@ -107,6 +107,7 @@ def main() -> None:
                 torch.nn.utils.clip_grad_norm_(ddp.parameters(), float(o.clip_grad_norm))
             opt.step()
             losses.append(float(loss))
+            step_s.append(time.perf_counter() - began - sum(step_s))
             if profiler is not None:
                 profiler.after(step + 1)
         wall = time.perf_counter() - began
@@ -115,7 +116,7 @@ def main() -> None:
         if profiler.written:
             profiler.written.replace(args.trace)
     if rank == 0:
-        summary = {"recipe": args.recipe, "comm": args.comm, "steps": args.steps, "train_s": wall}
+        summary = {"recipe": args.recipe, "comm": args.comm, "steps": args.steps, "train_s": wall, "step_s": step_s}
         print(json.dumps({**summary, "final_loss": losses[-1]}))
     dist.barrier()
     dist.destroy_process_group()

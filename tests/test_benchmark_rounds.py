@@ -88,6 +88,15 @@ def test_the_ddp_hook_ratio_is_the_median_of_each_rounds_ratio_not_the_best():
     assert len(goal) == 1 and "0.92x" in goal[0] and "not met" in goal[0] and "1 of 3 rounds" in goal[0]
 
 
+def test_the_ddp_hook_section_gives_the_warm_up_apart_from_the_timed_steps():
+    record = {**_hook([10.0, 14.0, 12.0], [11.0, 13.0, 13.0]), "warmup_steps": 2,
+              "warmup": {"native": [3.0, 4.0, 5.0], "hook:ring": [6.0, 7.0, 9.0]}}  # fmt: skip
+    text = "\n".join(ddp_hook.render(record))
+    assert "8 steps timed after 2 of warm-up" in text
+    assert "| first 2 steps, median s |" in text
+    assert "| hook:ring | 11.00, 13.00, 13.00 | 13.00 | 1625 | 0.92x (0.91-1.08) | 7.00 |" in text
+
+
 def test_ddp_hook_rounds_that_do_not_pair_are_refused_in_one_line():
     with pytest.raises(ValueError) as err:
         ddp_hook.render(_hook([10.0, 14.0, 12.0], [11.0, 13.0]))

@@ -147,6 +147,15 @@ def test_the_ddp_table_gives_each_variant_against_native_from_its_best_round():
     assert tb.ddp_speedup(data, "hook:auto", 2) == pytest.approx(1.4)
 
 
+def test_the_ddp_table_shows_the_warm_up_steps_timed_apart_beside_the_steady_ones():
+    data = {"ddp": [{"nodes": 8, "layout": RACKS.as_dict(), "steps": 4, "warmup_steps": 2,
+                     "rounds": {"native": [28.0], "hook:auto": [20.0]},
+                     "warmup": {"native": [15.0], "hook:auto": [13.5]}}]}  # fmt: skip
+    lines = tb.ddp_table(data)
+    assert lines[0].endswith("| first 2 steps (s) |"), lines[0]
+    assert any('lptrain.ddp.state(algo="auto")' in line and "| 1.40x | 13.50 |" in line for line in lines), lines
+
+
 def test_a_layout_becomes_lptrain_clusters_options():
     assert ex.STAR.options("200mbit") == ()
     assert ex.Layout(4, "1/4", "interleaved").options("200mbit") == (

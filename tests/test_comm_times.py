@@ -32,6 +32,7 @@ def check_steps(name: str, rows: list[dict]) -> None:
         assert 0 <= r["comm_exposed_ms"] <= r["comm_ms"], (name, r)
         assert r["comm_handoff_ms"] >= 0, (name, r)
         assert r["step_ms"] >= r["compute_ms"] + r["comm_exposed_ms"] + r["comm_handoff_ms"] - 1e-9, (name, r)
+        assert r["wall_ms"] >= r["step_ms"] - 1e-9, (name, r)  # the clock's whole iteration holds every phase
         if name.startswith("serial"):  # no thread: all of the communication is waited for, nothing handed off
             assert r["comm_exposed_ms"] == r["comm_ms"] and r["comm_handoff_ms"] == 0.0, (name, r)
         else:  # the thread took the last bucket DELAY_S late, after backward had ended

@@ -31,6 +31,7 @@ TAGS = {
     "comm_exposed_ms": "time/comm_exposed_ms",
     "comm_handoff_ms": "time/comm_handoff_ms",
     "step_ms": "time/step_ms",
+    "wall_ms": "time/wall_ms",  # the whole iteration by the clock, data wait and logging of the loss included
     "comm_GBps": "comm/bandwidth_GBps",
     "comm_bytes": "comm/bytes",
     "images_per_s": "throughput/images_per_s",
@@ -40,7 +41,17 @@ TAGS = {
 }
 
 
-STEP_KEYS = ("loss", "accuracy", "data_ms", "compute_ms", "comm_ms", "comm_exposed_ms", "comm_handoff_ms", "step_ms")
+STEP_KEYS = (
+    "loss",
+    "accuracy",
+    "data_ms",
+    "compute_ms",
+    "comm_ms",
+    "comm_exposed_ms",
+    "comm_handoff_ms",
+    "step_ms",
+    "wall_ms",
+)
 
 
 @contextlib.contextmanager

@@ -387,6 +387,7 @@ class Trainer:
             "comm_bytes": float(self.bytes_per_step),
             "comm_GBps": self.bytes_per_step / max(comm.comm_ms, 1e-9) / 1e6,
             "images_per_s": self.global_batch / max(wall_ms, 1e-9) * 1e3,
+            "wall_ms": wall_ms,
             "lr": self.lr(step),
         }
         if grad_norm is not None:

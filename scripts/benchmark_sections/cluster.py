@@ -109,9 +109,7 @@ def render(data: dict) -> list[str]:
             f"extra ranks' whole message handed over first and back after (2.50 n/B for a reduce at P = 5 to 7; "
             f"`lptrain-sim predict --topology oneport`). At 16 MiB, {len(within)} of its {len(be)} rows over P = "
             f"{min(r['nodes'] for _, r in be)} to {max(r['nodes'] for _, r in be)} are within 1.10x of it; "
-            "the farthest: "
-            + ", ".join(f"{r['op']} at P = {r['nodes']} {ratio:.2f}x" for ratio, r in be[:2])
-            + "."
+            "the farthest: " + ", ".join(f"{r['op']} at P = {r['nodes']} {ratio:.2f}x" for ratio, r in be[:2]) + "."
         )
         if c["date"] < KEPT_COPY:
             lines.append(

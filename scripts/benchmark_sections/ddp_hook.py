@@ -28,7 +28,7 @@ RING_GOAL = 0.95  # DDP with the ring hook against DDP native, in steps per seco
 
 def measure(run: Run) -> dict:
     run(
-        f"python scripts/bench_ddp_hook.py --recipe googlenet --steps 8 --repeats {ROUNDS} "
+        f"python scripts/bench_ddp_hook.py --recipe googlenet --steps 8 --warmup 2 --repeats {ROUNDS} "
         "--variants native,hook:lp,hook:ring,backend:lp --json hook.json"
     )
     return run.json("hook.json")
@@ -59,16 +59,23 @@ def render(r: dict) -> list[str]:
         ]
         for v, t in rounds.items()
     ]
+    header = ["variant", "train s, each round", "median s", "ms/step", "vs native"]
+    warmup, warm = r.get("warmup_steps"), r.get("warmup") or {}
+    if warmup:  # records since the warm-up is timed apart (older ones timed every step)
+        header.append(f"first {warmup} steps, median s")
+        for row, v in zip(body, rounds):
+            row.append(f"{statistics.median(warm[v]):.2f}" if warm.get(v) else "-")
+    timed = f"{r['steps']} steps timed after {warmup} of warm-up" if warmup else f"{r['steps']} steps"
     n = len(rounds["native"])
     noise = max(spread(t) for t in rounds.values())
     lines = [
-        f"{r['recipe']}, {r['where']}, one CPU replica per process, {r['steps']} steps, {r['bucket_mb']:g} MiB buckets "
+        f"{r['recipe']}, {r['where']}, one CPU replica per process, {timed}, {r['bucket_mb']:g} MiB buckets "
         f"everywhere; every variant trains the same network on the same batches. The figure is the wall clock of the "
         f"steps, each variant once per round ({n} rounds, interleaved). The ratio is DDP native's time over the "
         "variant's in the same round (above 1: faster), the median over the rounds and, in brackets, the lowest "
         "and the highest round.",
         "",
-        *table(["variant", "train s, each round", "median s", "ms/step", "vs native"], body),
+        *table(header, body),
         "",
         "- Against DDP native: "
         + ", ".join(f"{label[v]} {median_range(x)}" for v, x in ratio.items() if v != "native")

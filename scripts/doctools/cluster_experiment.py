@@ -198,6 +198,9 @@ def train_on_cluster(nodes: int, link: str, case: TrainCase, steps: int, work: P
 
 
 DDP_VARIANTS = ("native", "hook:auto", "hook:ring", "trainer:auto")
+# Steps run before the timed ones and timed apart: DDP sorts its buckets anew after its first
+# step, and auto chooses for each new bucket size at its first message (bench_ddp_hook.py).
+DDP_WARMUP = 2
 
 
 def ddp_on_cluster(nodes: int, link: str, layout: Layout, steps: int, repeats: int, work: Path) -> dict:
@@ -210,11 +213,12 @@ def ddp_on_cluster(nodes: int, link: str, layout: Layout, steps: int, repeats: i
     cluster = " ".join(("--nodes", str(nodes), "--link", link, *layout.options(link)))
     script = Path(__file__).resolve().parents[1] / "bench_ddp_hook.py"
     command = [sys.executable, str(script), "--recipe", "googlenet", "--steps", str(steps), "--repeats", str(repeats),
-               "--variants", ",".join(DDP_VARIANTS), "--cluster", cluster, "--json", str(out)]  # fmt: skip
+               "--warmup", str(DDP_WARMUP), "--variants", ",".join(DDP_VARIANTS), "--cluster", cluster,
+               "--json", str(out)]  # fmt: skip
     _run(command, f"DDP on {nodes} nodes ({layout.describe()})")
     result = json.loads(out.read_text())
     return {"nodes": nodes, "layout": layout.as_dict(), "link": link, "load": load, "steps": steps,
-            "rounds": result["rounds"]}  # fmt: skip
+            "rounds": result["rounds"], "warmup_steps": DDP_WARMUP, "warmup": result["warmup"]}  # fmt: skip
 
 
 # Where real training is timed: thin-uplink racks and a star at the experiment's link rate,

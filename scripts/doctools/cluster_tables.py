@@ -283,15 +283,23 @@ def ddp_table(data: dict) -> list[str]:
     """Real training on the cluster: each variant's best wall clock over its steps and its
     speed against DDP native's (above 1: faster)."""
     body = []
+    warmups = {run.get("warmup_steps") for run in data["ddp"]}
     for run in data["ddp"]:
         best = {v: min(t) for v, t in run["rounds"].items() if t}
+        warm = run.get("warmup") or {}
         where = f"P = {run['nodes']}, {layout_of(run).describe()}" + (f", {run['link']}" if run.get("link") else "")
         native = best.get("native")
         for v in DDP_VARIANTS:
             if v in best:
                 ratio = f"{native / best[v]:.2f}x" if native else "-"
-                body.append([where, DDP_LABELS[v], f"{best[v]:.2f}", f"{1e3 * best[v] / run['steps']:.0f}", ratio])
-    return table(["cluster", "training", "steps (s)", "ms per step", "speed vs DDP native"], body)
+                row = [where, DDP_LABELS[v], f"{best[v]:.2f}", f"{1e3 * best[v] / run['steps']:.0f}", ratio]
+                if warmups != {None}:
+                    row.append(f"{min(warm[v]):.2f}" if warm.get(v) else "-")
+                body.append(row)
+    header = ["cluster", "training", "steps (s)", "ms per step", "speed vs DDP native"]
+    if warmups != {None}:
+        header.append(f"first {'/'.join(str(w) for w in sorted(w for w in warmups if w))} steps (s)")
+    return table(header, body)
 
 
 def ddp_speedup(data: dict, variant: str, racks: int) -> float | None:

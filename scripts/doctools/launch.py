@@ -55,3 +55,9 @@ def lptrain_summary(launcher: list[str], run_dir: Path, *overrides: str) -> dict
     subprocess.run(command, capture_output=True, text=True, check=True)
     summary = run_dir / "summary.json"
     return json.loads(summary.read_text()) if summary.exists() else None
+
+
+def step_rows(run_dir: Path) -> list[dict]:
+    """Every step an lptrain run logged to its ``steps.jsonl``, in order."""
+    text = (run_dir / "steps.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
