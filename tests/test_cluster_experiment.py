@@ -222,3 +222,56 @@ def test_the_star_rows_where_auto_ran_lp_below_its_own_block_are_found_from_what
     racks = _row("allreduce", "auto", 8, RACKS, chose="lp block=65536 order=natural")
     assert [r["chose"] for r in tb.auto_below_lp_block(_data([below, own, ring, racks]))] == [below["chose"]]
     assert tb.auto_below_lp_block(_data([own, ring, racks])) == []
+
+
+def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_studied():
+    """auto's LP below LP's own block on the star (the model), auto running what the lp
+    column ran (the measurement), the ring's gather to the root, LP across 4 racks; any
+    other row is still said to be not studied."""
+    import cluster_results
+
+    n_over_b_us = (1 << 20) / 25e6 * 1e6  # one n/B of a 1 MiB message at 25 MB/s
+
+    def row(op, algo, p, layout=ex.STAR, error=-0.2, ratio=1.5, **more):
+        return {**_row(op, algo, p, layout, time_us=ratio * n_over_b_us, **more), "error": error}
+
+    four = ex.Layout(4, "1/4")
+    quarter = ex.Layout(2, "1/4")
+    lp_star = row("reduce", "lp", 8, error=-0.01, ratio=1.11, block=128 << 10, link_bytes_per_s=24.8e6)
+    lp_racks = row("allreduce", "lp", 4, quarter, error=-0.01, ratio=4.21, block=128 << 10)
+    misses = [
+        row("reduce", "auto", 8, chose="lp block=65536 order=natural"),
+        row("allreduce", "auto", 4, quarter, chose="lp block=auto order=natural", ratio=5.58),
+        row("reduce", "ring", 12),
+        row("allreduce", "lp", 4, four),
+        row("broadcast", "mst", 6),
+    ]
+    words = cluster_results._misses({"over_15": misses, "held": [lp_star, lp_racks, *misses]})
+    text = "\n".join(words)
+    assert len(words) == 5, words
+    assert "below the 128 KiB the link sets" in words[0] and "The model is wrong here" in words[0]
+    assert "read 1.11" in words[0]
+    assert "ran LP as the lp column did" in words[1] and "4.21 n/B" in words[1] and "measurement is wrong" in words[1]
+    assert "straight to the root" in words[2] and "P = 12, 1 MiB" in words[2]
+    assert "LP's allreduce across 4 racks" in words[3]
+    assert words[4].startswith("- 1 other row(s) (mst broadcast at P = 6") and "not studied" in words[4]
+    assert "not studied" not in text.replace(words[4], "")
+
+
+def test_each_part_of_the_record_keeps_its_own_date_and_machine():
+    amd = {"cpu": "AMD EPYC", "cores": 2, "os": "Linux", "python": "3.11", "torch": "2.14", "threads": 2}
+    old = {"conditions": {"date": "2026-12-05 19:26", "machine": amd}, "bench": [_row("reduce", "lp", 4)],
+           "ddp": [{"nodes": 8}], "auto": {"tuning": {"date": "2026-12-04", "machine": "vm"}}}  # fmt: skip
+    parts = ex.parts_measured(old)
+    assert parts == {"bench": {"date": "2026-12-05 19:26", "machine": amd},
+                     "ddp": {"date": "2026-12-05 19:26", "machine": amd},
+                     "auto": {"date": "2026-12-04", "machine": "vm"}}  # fmt: skip
+    xeon = {**amd, "cpu": "Intel Xeon"}
+    later = {
+        **old,
+        "conditions": {**old["conditions"], "parts": {**parts, "ddp": {"date": "2026-12-06", "machine": xeon}}},
+    }
+    words = tb.provenance(later)
+    assert "the star 2026-12-05 19:26 on AMD EPYC" in words and "the training runs 2026-12-06 on Intel Xeon" in words
+    assert tb.node_list([2, 3, 4, 5, 6, 7, 8, 10, 12, 16]) == "2 to 8, 10, 12, 16"
+    assert tb.node_list([4, 5, 8]) == "4, 5, 8"

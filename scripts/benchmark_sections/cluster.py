@@ -50,11 +50,12 @@ def record(data: dict) -> dict:
         f"lptrain-cluster --nodes 8 --layout racks --racks 2 --link {c['link']} --uplink 100mbit -- "
         "lptrain-bench --op allreduce -b 4M -e 16M --algo lp,mst,be,ring,nccl,auto --topology probe -n 1 --trials 2"
     )
+    star = ex.parts_measured(data).get("bench") or {}  # the section's main table: the star's run
     return {
         "section": "cluster",
-        "started": c.get("date", "?"),
+        "started": star.get("date") or c.get("date", "?"),
         "took_s": None,
-        "machine": c["machine"],
+        "machine": star.get("machine") or c["machine"],
         "load": None,
         "commands": [
             f"python scripts/cluster_results.py   # as root; on the star, for P = {nodes[0]} to {nodes[-1]}, it runs",
@@ -80,13 +81,16 @@ def render(data: dict) -> list[str]:
     if check:  # rows measured with the fidelity check, on links of MTU 9000
         load += f"; {check}"
     lines = [
+        f"Measured in parts (`--only`): {tb.provenance(data)}.",
+        "",
         f"Every node a network namespace with one full-duplex port shaped to {c['link']} (B = "
         f"{c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), one process per node over gloo; {load}. "
         f"Medians of 2 trials; {len(checked) - wrong} of {len(checked)} results checked correct (#wrong 0). Times "
         f"are multiples of n/B at {tb.size_label(ex.BIG)}: n/B is one port's physical limit for a broadcast; "
         "TCP's payload is 99.3% of the shaped rate at MTU 9000, and each port's shaper lets a burst of 128 KiB "
         "through at once, so a few rows read just under 1. comm=auto chose "
-        "from the topology it probed at start. Every P from 2 to 16, both sizes and the simulator's errors: "
+        f"from the topology it probed at start. Every P measured ({tb.node_list(sorted(star))}), both sizes and the "
+        "simulator's errors: "
         "[PAPER_RESULTS.md](PAPER_RESULTS.md#measured-on-emulated-links-the-claims-where-the-network-is-the-bottleneck).",
         "",
         "The star (one switch):",

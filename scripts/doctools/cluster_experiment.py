@@ -11,6 +11,7 @@ tables can be rendered again, and the simulator recalibrated, without measuring 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import statistics
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from doctools.launch import lptrain_cluster
+from doctools.machine import machine
 from lptrain.cluster.plan import parse_rate
 from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS
 from lptrain.comm.sizes import parse_size
@@ -231,6 +233,25 @@ RATE_NODES = 8
 PARTS = ("bench", "racks", "ddp", "train", "auto", "rates")
 
 
+def parts_measured(data: dict) -> dict[str, dict]:
+    """When and on which machine each part of ``data`` was measured (``{part: {date,
+    machine}}``). A record from before parts were stamped has one date and machine for
+    all: each part it holds is given those."""
+    c = data.get("conditions") or {}
+    if "parts" in c:
+        return dict(c["parts"])
+    held = {
+        "bench": any(layout_of(r) == STAR for r in data.get("bench", [])),
+        "racks": any(layout_of(r) != STAR for r in data.get("bench", [])),
+        **{part: bool(data.get(part)) for part in ("ddp", "train", "auto", "rates")},
+    }
+    parts = {part: {"date": c.get("date", "?"), "machine": c.get("machine")} for part, has in held.items() if has}
+    tuned = (data.get("auto") or {}).get("tuning")
+    if "auto" in parts and tuned:  # the tuned comm=auto part records its own day and machine
+        parts["auto"] = {"date": tuned.get("date", "?"), "machine": tuned.get("machine")}
+    return parts
+
+
 def half_rate(link: str) -> str:
     """``link`` at half its rate, in tc's notation (200mbit -> 100000kbit)."""
     return f"{parse_rate(link) // 2000}kbit"
@@ -255,7 +276,14 @@ def measure(
     on 4 nodes; rates: the star at P = 8 at half the rate) and keep the others from
     ``previous``; ``save`` is called after each measurement, so a failure later loses nothing."""
     data = dict(previous or {})
+    kept = parts_measured(data)
     data["conditions"] = conditions(link) if only else data.get("conditions", conditions(link))
+    data["conditions"]["parts"] = kept
+
+    def measured(part: str) -> None:
+        kept[part] = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine()}
+        save(data)
+
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
     say(f"logs in {work}")
 
@@ -269,6 +297,7 @@ def measure(
             say(f"benchmark on {p} nodes ({link}) ...")
             data["bench"] += bench_on_cluster(p, link, sizes, trials, work)
             save(data)
+        measured("bench")
     if "racks" in only:
         grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
         data["bench"] = again(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})
@@ -276,23 +305,25 @@ def measure(
             say(f"allreduce on {p} nodes, {layout.describe()} ({link}) ...")
             data["bench"] += bench_on_cluster(p, link, sizes, trials, work, layout, op="allreduce")
             save(data)
+        measured("racks")
     if "ddp" in only:
         data["ddp"] = []
         for p, layout, rate in DDP_RUNS:
             say(f"DDP and the trainer on {p} nodes, {layout.describe()}, {rate or link} ...")
             data["ddp"].append(ddp_on_cluster(p, rate or link, layout, ddp_steps, 1, work))
             save(data)
+        measured("ddp")
     if "rates" in only:
         rate = half_rate(link)
         say(f"benchmark on {RATE_NODES} nodes at {rate}, half the rate ...")
         big = sizes[-1]
         rows = bench_on_cluster(RATE_NODES, rate, (big, big), trials, work)
         data["rates"] = [dict(row, link=rate, link_bytes_per_s=parse_rate(rate) / 8) for row in rows]
-        save(data)
+        measured("rates")
     if "auto" in only:
         say("comm=auto tuned on 4 nodes, then timed beside the fixed algorithms ...")
         data["auto"] = auto_on_cluster(4, link, work)
-        save(data)
+        measured("auto")
     if "train" in only:
         data["train"] = []
         for p in train_nodes:
@@ -300,5 +331,6 @@ def measure(
                 say(f"training on {p} nodes: {case.label} ...")
                 data["train"].append(train_on_cluster(p, link, case, train_steps, work))
                 save(data)
+        measured("train")
     data["conditions"]["load_after"] = os.getloadavg()[0]
     return data

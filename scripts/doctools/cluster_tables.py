@@ -11,7 +11,16 @@ import re
 import statistics
 
 from doctools import cluster_model as model
-from doctools.cluster_experiment import DDP_VARIANTS, OPS, SCHEDULE_ALGOS, STAR, TABLE_ALGOS, TRAIN_CASES, layout_of
+from doctools.cluster_experiment import (
+    DDP_VARIANTS,
+    OPS,
+    SCHEDULE_ALGOS,
+    STAR,
+    TABLE_ALGOS,
+    TRAIN_CASES,
+    layout_of,
+    parts_measured,
+)
 from doctools.machine import describe as machine_words
 from doctools.markdown import table
 from lptrain.cluster.plan import format_rate, parse_rate
@@ -357,7 +366,37 @@ def describe(data: dict) -> str:
     if c.get("nice"):
         load += f" (the runs at nice {c['nice']}, ahead of the machine's other work)"
     check = fidelity_phrase(data)
-    machine = machine_words(c["machine"])
-    return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), {machine}, "
-            f"{c.get('date', '?')}, {load or 'load average ' + format(c['load_before'], '.1f')}"
+    return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way); {provenance(data)}; "
+            f"{load or 'load average ' + format(c['load_before'], '.1f')}"
             + (f"; {check}" if check else ""))  # fmt: skip
+
+
+PART_NAMES = {
+    "bench": "the star",
+    "racks": "the racks",
+    "rates": "the star at half the rate",
+    "auto": "auto's tuning",
+    "ddp": "the training runs",
+    "train": "the paper's iteration",
+}
+
+
+def node_list(nodes: list[int]) -> str:
+    """Node counts in words, runs of consecutive ones as ranges: 2 to 8, 10, 12, 16."""
+    runs: list[list[int]] = []
+    for p in nodes:
+        if runs and p == runs[-1][-1] + 1:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return ", ".join(f"{r[0]} to {r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def provenance(data: dict) -> str:
+    """Which part was measured when and on which machine, grouped by machine (the parts of
+    one record can be measured on different days and machines: ``--only``)."""
+    groups: dict[str, list[str]] = {}
+    for part, stamp in sorted(parts_measured(data).items(), key=lambda kv: list(PART_NAMES).index(kv[0])):
+        words = machine_words(stamp["machine"]) if stamp.get("machine") else "machine not recorded"
+        groups.setdefault(words, []).append(f"{PART_NAMES[part]} {stamp['date']}")
+    return "; ".join(f"{', '.join(items)} on {words}" for words, items in groups.items())
