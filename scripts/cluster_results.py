@@ -264,7 +264,7 @@ def _misses(s: dict) -> list[str]:
             "exchanges across a shaped uplink that the BE and MST rows show too."
         )
     if gathers:
-        cases = ", ".join(f"P = {r['nodes']}, {tb.size_label(r['size'])} ({tb.n_over_b(r):.2f} n/B)" for r in gathers)
+        cases = _cases(gathers, lambda r: f"{tb.n_over_b(r):.2f} n/B")
         out.append(
             f"- The ring's reduce on the star ({cases}): its reduce-scatter ends with every rank sending its reduced "
             "share straight to the root at once, P - 1 flows into one port. On 2026-12-05 the same reduce at "
@@ -277,7 +277,7 @@ def _misses(s: dict) -> list[str]:
             "average."
         )
     if chains:
-        cases = ", ".join(f"P = {r['nodes']}, {tb.size_label(r['size'])} ({r['error']:+.0%})" for r in chains)
+        cases = _cases(chains, lambda r: f"{r['error']:+.0%}")
         out.append(
             f"- LP's allreduce across 4 racks ({cases}): slower than the model in every such row, by about the "
             "same share, so it repeats; the racks' uplinks meet at rack 0, so a hop of the chain between racks "
@@ -292,6 +292,11 @@ def _misses(s: dict) -> list[str]:
         cases = ", ".join(f"{r['algo']} {r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])}" for r in rest)
         out.append(f"- {len(rest)} other row(s) ({cases}): not studied; which side is wrong is not known.")
     return out
+
+
+def _cases(rows: list[dict], figure) -> str:
+    """Rows named by P and size, each with ``figure(row)`` in brackets."""
+    return ", ".join(f"P = {r['nodes']}, {tb.size_label(r['size'])} ({figure(r)})" for r in rows)
 
 
 def _below_own_block(row: dict, held: list[dict]) -> bool:

@@ -260,18 +260,21 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
 
 def test_each_part_of_the_record_keeps_its_own_date_and_machine():
     amd = {"cpu": "AMD EPYC", "cores": 2, "os": "Linux", "python": "3.11", "torch": "2.14", "threads": 2}
-    old = {"conditions": {"date": "2026-12-05 19:26", "machine": amd}, "bench": [_row("reduce", "lp", 4)],
+    old = {"conditions": {"date": "2026-12-05 19:26", "machine": amd},
+           "bench": [_row("reduce", "lp", p) for p in (2, 3, 4, 8)],
            "ddp": [{"nodes": 8}], "auto": {"tuning": {"date": "2026-12-04", "machine": "vm"}}}  # fmt: skip
     parts = ex.parts_measured(old)
-    assert parts == {"bench": {"date": "2026-12-05 19:26", "machine": amd},
-                     "ddp": {"date": "2026-12-05 19:26", "machine": amd},
-                     "auto": {"date": "2026-12-04", "machine": "vm"}}  # fmt: skip
+    assert parts == {"bench": [{"date": "2026-12-05 19:26", "machine": amd, "nodes": None}],
+                     "ddp": [{"date": "2026-12-05 19:26", "machine": amd, "nodes": None}],
+                     "auto": [{"date": "2026-12-04", "machine": "vm", "nodes": None}]}  # fmt: skip
     xeon = {**amd, "cpu": "Intel Xeon"}
-    later = {
-        **old,
-        "conditions": {**old["conditions"], "parts": {**parts, "ddp": {"date": "2026-12-06", "machine": xeon}}},
-    }
-    words = tb.provenance(later)
-    assert "the star 2026-12-05 19:26 on AMD EPYC" in words and "the training runs 2026-12-06 on Intel Xeon" in words
+    ex.stamp_part(parts, "ddp", {"date": "2026-12-06", "machine": xeon})
+    ex.stamp_part(parts, "bench", {"date": "2026-12-06", "machine": xeon}, [4, 8, 9], held=[2, 3, 4, 8])
+    assert [s["nodes"] for s in parts["bench"]] == [[2, 3], [4, 8, 9]]
+    ex.stamp_part(parts, "bench", {"date": "2026-12-07", "machine": xeon}, [2, 3], held=[2, 3, 4, 8, 9])
+    assert [(s["date"], s["nodes"]) for s in parts["bench"]] == [("2026-12-06", [4, 8, 9]), ("2026-12-07", [2, 3])]
+    words = tb.provenance({**old, "conditions": {**old["conditions"], "parts": parts}})
+    assert "the star (P = 4, 8, 9) 2026-12-06, the star (P = 2, 3) 2026-12-07" in words
+    assert "the training runs 2026-12-06 on Intel Xeon" in words and "auto's tuning 2026-12-04 on vm" in words
     assert tb.node_list([2, 3, 4, 5, 6, 7, 8, 10, 12, 16]) == "2 to 8, 10, 12, 16"
     assert tb.node_list([4, 5, 8]) == "4, 5, 8"

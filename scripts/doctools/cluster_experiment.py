@@ -233,23 +233,46 @@ RATE_NODES = 8
 PARTS = ("bench", "racks", "ddp", "train", "auto", "rates")
 
 
-def parts_measured(data: dict) -> dict[str, dict]:
-    """When and on which machine each part of ``data`` was measured (``{part: {date,
-    machine}}``). A record from before parts were stamped has one date and machine for
-    all: each part it holds is given those."""
+def parts_measured(data: dict) -> dict[str, list[dict]]:
+    """When and on which machine each part of ``data`` was measured: ``{part: [{date,
+    machine, nodes}]}``, one stamp per run of the part that still has rows here (``nodes``:
+    the star's node counts that run measured, None for a whole part). A record from before
+    parts were stamped has one date and machine for all: each part it holds is given those."""
     c = data.get("conditions") or {}
     if "parts" in c:
-        return dict(c["parts"])
+        return {part: _stamps(stamps) for part, stamps in c["parts"].items()}
     held = {
         "bench": any(layout_of(r) == STAR for r in data.get("bench", [])),
         "racks": any(layout_of(r) != STAR for r in data.get("bench", [])),
         **{part: bool(data.get(part)) for part in ("ddp", "train", "auto", "rates")},
     }
-    parts = {part: {"date": c.get("date", "?"), "machine": c.get("machine")} for part, has in held.items() if has}
+    stamp = {"date": c.get("date", "?"), "machine": c.get("machine"), "nodes": None}
+    parts = {part: [dict(stamp)] for part, has in held.items() if has}
     tuned = (data.get("auto") or {}).get("tuning")
     if "auto" in parts and tuned:  # the tuned comm=auto part records its own day and machine
-        parts["auto"] = {"date": tuned.get("date", "?"), "machine": tuned.get("machine")}
+        parts["auto"] = [{"date": tuned.get("date", "?"), "machine": tuned.get("machine"), "nodes": None}]
     return parts
+
+
+def _stamps(stamps: dict | list[dict]) -> list[dict]:
+    """A part's stamps as a list (a single stamp was once stored as it is)."""
+    return [{"nodes": None, **s} for s in (stamps if isinstance(stamps, list) else [stamps])]
+
+
+def stamp_part(
+    parts: dict[str, list[dict]], part: str, stamp: dict, nodes: list[int] | None = None, held: list[int] = ()
+) -> None:
+    """Record that ``part`` was measured now (``stamp``: date and machine), for the node
+    counts ``nodes`` only where given: earlier stamps keep the node counts not measured
+    again (a whole-part stamp covered ``held``, the counts the record had), and a stamp left
+    with none is dropped."""
+    kept = []
+    if nodes is not None:
+        for old in parts.get(part, []):
+            left = [p for p in (old["nodes"] if old["nodes"] is not None else held) if p not in nodes]
+            if left:
+                kept.append({**old, "nodes": left})
+    parts[part] = [*kept, {**stamp, "nodes": sorted(nodes) if nodes is not None else None}]
 
 
 def half_rate(link: str) -> str:
@@ -280,8 +303,11 @@ def measure(
     data["conditions"] = conditions(link) if only else data.get("conditions", conditions(link))
     data["conditions"]["parts"] = kept
 
-    def measured(part: str) -> None:
-        kept[part] = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine()}
+    held_star = sorted({r["nodes"] for r in data.get("bench", []) if layout_of(r) == STAR})
+
+    def measured(part: str, measured_nodes: list[int] | None = None) -> None:
+        now = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine()}
+        stamp_part(kept, part, now, measured_nodes, held_star)
         save(data)
 
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
@@ -297,7 +323,7 @@ def measure(
             say(f"benchmark on {p} nodes ({link}) ...")
             data["bench"] += bench_on_cluster(p, link, sizes, trials, work)
             save(data)
-        measured("bench")
+        measured("bench", list(nodes))
     if "racks" in only:
         grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
         data["bench"] = again(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})

@@ -396,7 +396,9 @@ def provenance(data: dict) -> str:
     """Which part was measured when and on which machine, grouped by machine (the parts of
     one record can be measured on different days and machines: ``--only``)."""
     groups: dict[str, list[str]] = {}
-    for part, stamp in sorted(parts_measured(data).items(), key=lambda kv: list(PART_NAMES).index(kv[0])):
-        words = machine_words(stamp["machine"]) if stamp.get("machine") else "machine not recorded"
-        groups.setdefault(words, []).append(f"{PART_NAMES[part]} {stamp['date']}")
+    for part, stamps in sorted(parts_measured(data).items(), key=lambda kv: list(PART_NAMES).index(kv[0])):
+        for stamp in stamps:
+            words = machine_words(stamp["machine"]) if stamp.get("machine") else "machine not recorded"
+            nodes = f" (P = {node_list(stamp['nodes'])})" if stamp.get("nodes") else ""
+            groups.setdefault(words, []).append(f"{PART_NAMES[part]}{nodes} {stamp['date']}")
     return "; ".join(f"{', '.join(items)} on {words}" for words, items in groups.items())
