@@ -244,18 +244,24 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
         row("allreduce", "auto", 4, quarter, chose="lp block=auto order=natural", ratio=5.58),
         row("reduce", "ring", 12),
         row("allreduce", "lp", 4, four),
+        row("broadcast", "lp", 14, error=0.19, ratio=1.10),
+        row("broadcast", "auto", 14, error=0.21, ratio=1.08, chose="lp block=auto order=natural"),
         row("broadcast", "mst", 6),
     ]
-    words = cluster_results._misses({"over_15": misses, "held": [lp_star, lp_racks, *misses]})
+    fitted = [{**row("broadcast", "lp", 16, error=0.27), "cores": 2}]
+    words = cluster_results._misses({"over_15": misses, "held": [lp_star, lp_racks, *misses], "fitted": fitted})
     text = "\n".join(words)
-    assert len(words) == 5, words
+    assert len(words) == 6, words
     assert "below the 128 KiB the link sets" in words[0] and "The model is wrong here" in words[0]
     assert "read 1.11" in words[0]
     assert "ran LP as the lp column did" in words[1] and "4.21 n/B" in words[1] and "measurement is wrong" in words[1]
     assert "straight to the root" in words[2] and "P = 12, 1 MiB" in words[2]
-    assert "LP's allreduce across 4 racks" in words[3]
-    assert words[4].startswith("- 1 other row(s) (mst broadcast at P = 6") and "not studied" in words[4]
-    assert "not studied" not in text.replace(words[4], "")
+    # auto ran what the lp column ran, but that column is as far off: the model's miss, not the run's
+    assert "P = 14, 1 MiB (auto broadcast +21%), P = 14, 1 MiB (lp broadcast +19%)" in words[3]
+    assert "the model is wrong" in words[3] and "LP's broadcast at P = 16 is +27% off too" in words[3]
+    assert "LP's allreduce across 4 racks" in words[4]
+    assert words[5].startswith("- 1 other row(s) (mst broadcast at P = 6") and "not studied" in words[5]
+    assert "not studied" not in text.replace(words[5], "")
 
 
 def test_each_part_of_the_record_keeps_its_own_date_and_machine():
