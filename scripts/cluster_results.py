@@ -308,10 +308,9 @@ def _misses(s: dict) -> list[str]:
             "same share, so it repeats; the racks' uplinks meet at rack 0, so a hop of the chain between racks "
             "crosses one or two of them, and each uplink direction carries the reduce's and the broadcast's flows "
             "together (2n at the uplink's rate: the model's 8 n/B at a quarter of a port). It is not the receives "
-            "posted too late "
-            "(the notices queue behind a connection's own data): on 2026-12-05 at P = 4, 16 MiB, uplinks at a "
-            "quarter, `--window 16`, `64` and `256` took 10.85, 10.29 and 10.68 n/B, one run each. Which side is "
-            "wrong is not found."
+            "posted too late (the notices queue behind a connection's own data): on 2026-12-05 at P = 4, 16 MiB, "
+            "uplinks at a quarter, `--window 16`, `64` and `256` took 10.85, 10.29 and 10.68 n/B, one run each. "
+            "Which side is wrong is not found."
         )
     if rest:
         cases = ", ".join(f"{r['algo']} {r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])}" for r in rest)

@@ -84,7 +84,7 @@ def main() -> None:
     losses, step_s = [], []
     with train_batches(data.train, sampler, resolve_workers(cfg.data.workers), False) as batches:
         dist.barrier()
-        began = time.perf_counter()
+        began = last = time.perf_counter()  # last: where the step being timed began
         for step, (images, labels) in zip(range(args.steps), batches):
             if profiler is not None:
                 profiler.before(step + 1)
@@ -107,7 +107,9 @@ def main() -> None:
                 torch.nn.utils.clip_grad_norm_(ddp.parameters(), float(o.clip_grad_norm))
             opt.step()
             losses.append(float(loss))
-            step_s.append(time.perf_counter() - began - sum(step_s))
+            ended = time.perf_counter()
+            step_s.append(ended - last)
+            last = ended
             if profiler is not None:
                 profiler.after(step + 1)
         wall = time.perf_counter() - began

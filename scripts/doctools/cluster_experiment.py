@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -260,7 +261,7 @@ def _stamps(stamps: dict | list[dict]) -> list[dict]:
 
 
 def stamp_part(
-    parts: dict[str, list[dict]], part: str, stamp: dict, nodes: list[int] | None = None, held: list[int] = ()
+    parts: dict[str, list[dict]], part: str, stamp: dict, nodes: list[int] | None = None, held: Sequence[int] = ()
 ) -> None:
     """Record that ``part`` was measured now (``stamp``: date and machine), for the node
     counts ``nodes`` only where given: earlier stamps keep the node counts not measured
