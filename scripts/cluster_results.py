@@ -491,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--rack-nodes", type=_nodes, default=[4, 8], help="node counts of the racks grid")
     p.add_argument("--ddp-steps", type=int, default=4, help="steps of each DDP and trainer run")
+    p.add_argument("--algos", help="with --only bench: measure these algorithms' rows again, the rest kept (ring,lp)")
+    p.add_argument("--ops", help="with --only bench: measure these ops' rows again, the rest kept (reduce)")
     p.add_argument("--render", action="store_true", help="no runs: tables and figure from docs/data/cluster.json")
     args = p.parse_args(argv)
     previous = read_json(DATA) if DATA.exists() else None
@@ -504,6 +506,14 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(-10)  # ahead of whatever else runs on the machine: the CPU should not set the times
     if not only <= set(ex.PARTS):
         p.error(f"--only takes {', '.join(ex.PARTS)}, got {args.only!r}")
+    algos = tuple(args.algos.split(",")) if args.algos else None
+    ops = tuple(args.ops.split(",")) if args.ops else None
+    if (algos or ops) and only != {"bench"}:
+        p.error("--algos and --ops narrow the star only: use them with --only bench")
+    if algos and not set(algos) <= {*ex.BENCH_ALGOS, "auto"}:
+        p.error(f"--algos takes {', '.join((*ex.BENCH_ALGOS, 'auto'))}, got {args.algos!r}")
+    if ops and not set(ops) <= set(ex.OPS):
+        p.error(f"--ops takes {', '.join(ex.OPS)}, got {args.ops!r}")
 
     def save(data: dict) -> None:
         # The machine as doctools.machine records it, so that the documents describe it in the
@@ -516,7 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = tuple(args.sizes.split(","))
         data = ex.measure(args.nodes, args.link, sizes, args.trials, args.train_nodes, args.train_steps, only,
                           previous, say=lambda m: print(m, file=sys.stderr, flush=True), save=save,
-                          rack_nodes=tuple(args.rack_nodes), ddp_steps=args.ddp_steps)  # fmt: skip
+                          rack_nodes=tuple(args.rack_nodes), ddp_steps=args.ddp_steps,
+                          algos=algos, ops=ops)  # fmt: skip
     except RuntimeError as err:
         print(f"cluster_results: error: {err}", file=sys.stderr)
         return 1

@@ -284,3 +284,37 @@ def test_each_part_of_the_record_keeps_its_own_date_and_machine():
     assert "the training runs 2026-12-06 on Intel Xeon" in words and "auto's tuning 2026-12-04 on vm" in words
     assert tb.node_list([2, 3, 4, 5, 6, 7, 8, 10, 12, 16]) == "2 to 8, 10, 12, 16"
     assert tb.node_list([4, 5, 8]) == "4, 5, 8"
+
+
+def test_some_algorithms_and_ops_of_the_star_are_measured_again_and_stamped_apart(monkeypatch, tmp_path):
+    """``--only bench --algos ring --ops reduce``: the ring's reduce rows are replaced and
+    every other row stays; the part keeps its earlier stamp and gains one that says which
+    rows were measured again."""
+    monkeypatch.setattr(ex.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    ran = []
+
+    def bench(nodes, link, sizes, trials, work, layout=ex.STAR, op="all", algos=None):
+        ran.append((nodes, op, tuple(algos or ())))
+        return [dict(_row(op, a, nodes), size=1 << 22, time_us=2.0) for a in algos]
+
+    monkeypatch.setattr(ex, "bench_on_cluster", bench)
+    monkeypatch.setattr(ex, "machine", lambda: "xeon")
+    old_rows = [
+        dict(_row(op, a, p), size=1 << 22, time_us=1.0) for p in (2, 3) for op in ex.OPS for a in ("lp", "ring")
+    ]
+    previous = {"conditions": {"date": "2026-12-05 21:00", "machine": "epyc"}, "bench": old_rows}
+    data = ex.measure([2, 3], "200mbit", ("4M", "4M"), 2, [], 1, {"bench"}, previous, say=lambda m: None,
+                      algos=("ring",), ops=("reduce",))  # fmt: skip
+    assert ran == [(2, "reduce", ("ring",)), (3, "reduce", ("ring",))]
+    again = [r for r in data["bench"] if r["time_us"] == 2.0]
+    assert {(r["nodes"], r["op"], r["algo"]) for r in again} == {(2, "reduce", "ring"), (3, "reduce", "ring")}
+    assert len(data["bench"]) == len(old_rows)  # the other rows kept, the ring's reduce replaced
+    stamps = data["conditions"]["parts"]["bench"]
+    assert stamps[0] == {"date": "2026-12-05 21:00", "machine": "epyc", "nodes": None}
+    assert stamps[1]["rows"] == "ring reduce" and stamps[1]["nodes"] == [2, 3] and stamps[1]["machine"] == "xeon"
+    words = tb.provenance(data)
+    assert "the star 2026-12-05 21:00 on" in words and "the star's ring reduce (P = 2, 3)" in words
+    ex.stamp_part(stamps_of := {"bench": list(stamps)}, "bench", {"date": "2026-12-07", "machine": "xeon"}, [2],
+                  held=[2, 3])  # fmt: skip
+    assert [s.get("rows") for s in stamps_of["bench"]] == [None, "ring reduce", None]
+    assert [s["nodes"] for s in stamps_of["bench"]] == [[3], [3], [2]]  # a whole run of P = 2 covers the ring's too

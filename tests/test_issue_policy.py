@@ -37,6 +37,8 @@ EXPECTED = {
     3: {"eager": ((1,), (), ()), "ports": ((1,), (), ()), "steps": ((1,), (), (1,))},  # 0 went to the same peer
     5: {"eager": ((4,), (), ()), "ports": ((4,), (2,), ()), "steps": ((4,), (2,), (1, 4))},
 }
+for _send in EXPECTED.values():  # a gather's sends wait as under "ports"; only its receives differ
+    _send["gather"] = _send["ports"]
 
 
 def test_the_hand_made_program_is_the_one_the_expectations_describe():
@@ -110,3 +112,55 @@ def test_a_policy_swapped_in_drives_the_executor_and_the_simulator_both(monkeypa
     monkeypatch.setitem(programs.ISSUE_POLICIES, "ports", _OneSendAtATime("ports", True, False))
     assert _sends_in_flight_at_each_send("ports") == [0, 0]
     assert simulate_dataflow(_fan_out(n), topology, n, order="ports") == pytest.approx(2 * one_send)
+
+
+def _peers_sending_at_once(schedule: Schedule, rank: int, order: str, window: int = 16) -> int:
+    """Run ``rank``'s program of ``schedule``: the most peers it had receives posted from at once."""
+    pending: dict[int, int] = {}  # id(handle) -> peer
+    most = 0
+
+    def irecv(buf, peer):
+        nonlocal most
+        handle = object()
+        pending[id(handle)] = peer
+        most = max(most, len(set(pending.values())))
+        return handle
+
+    def done(handle, what):
+        pending.pop(id(handle), None)
+
+    program = rank_program(schedule, rank, 64)
+    run_program(program, torch.zeros(schedule.count), isend=lambda buf, peer: object(), irecv=irecv, wait=done,
+                pool=StagingPool(), segment_bytes=256, window=window, num_steps=schedule.num_steps,
+                order=order)  # fmt: skip
+    return most
+
+
+@pytest.mark.parametrize("p, root", [(4, 0), (8, 3), (13, 12)])
+def test_the_ring_reduce_root_takes_its_gather_from_two_peers_at_a_time(p, root):
+    """The ring's reduce ends with every other rank sending its reduced chunk to the root.
+    Posted all at once, the P - 1 senders start together into the root's port and, now and
+    then, overflow its queue (TCP incast: one call in six or seven took 1.4 to 1.6 times the
+    others on 12 and 16 emulated nodes); the root takes them two peers at a time, in the
+    executor and in the simulator alike (they ask the same policy)."""
+    from lptrain.comm.algorithms import issue_order, ring
+
+    schedule = ring.reduce(p, 61 * p, root)
+    order = issue_order("ring", "reduce")
+    assert _peers_sending_at_once(schedule, root, order) == 2
+    assert issue_policy(order).receiving_peers == 2
+    assert _peers_sending_at_once(schedule, root, "ports") == p - 1  # as the gather was posted before
+
+
+@pytest.mark.parametrize("p", [3, 8])
+def test_the_simulator_prices_the_gather_two_senders_at_a_time(p):
+    """On a star of private ports the gather's bytes all cross the root's port, so taking two
+    senders at a time costs the ring reduce nothing in the model: (P - 1) / P n/B each half."""
+    from lptrain.comm.algorithms import issue_order, ring
+    from lptrain.sim.topology import oneport
+
+    n = 1 << 12
+    topology = oneport(p, bandwidth=1.0, latency=0.0, overhead=0.0, gamma=0.0)
+    schedule = ring.reduce(p, n, 0)
+    for order in ("ports", issue_order("ring", "reduce")):
+        assert simulate_dataflow(schedule, topology, n, order=order) == pytest.approx(2 * (p - 1) / p * 4 * n, rel=0.02)

@@ -21,7 +21,12 @@ may overlap:
   partner that reached the next step early from sending into this rank's port while the
   last step's bytes still come in: the two would share the port, and the step that
   finishes last sets everyone's pace (``lptrain.sim.dataflow.run_dataflow`` counts such
-  messages; docs/simulator.md shows BE's).
+  messages; docs/simulator.md shows BE's);
+* ``gather``: ``ports``, and receives pending from at most two peers at once (the ring
+  reduce's last step, where every other rank sends its chunk to the root). Posted all at
+  once, the P - 1 senders start together into the root's port, and now and then their
+  bursts overflow its queue and TCP waits to resend (incast). Two at a time keep the port
+  busy, the second sender's notice already out when the first one's bytes end.
 
 How large the segments are and whether sends are paced follow the link as measured at
 start (``auto_segment_bytes``, ``pacing_rate``), for both as well: on a slow link a
@@ -201,11 +206,20 @@ class IssuePolicy:
     waits_for_sends: bool  # earlier steps' sends to other peers
     waits_for_receives: bool  # earlier steps' receives
     posts_after_receives: bool = False  # a receive is posted only once earlier steps' receives are in
+    receiving_peers: int = 0  # receives pending from at most this many peers at once (0: any)
 
     def may_post(self, receive: Action, pending: Iterable[Action]) -> bool:
         """Whether ``receive`` may be posted now, with the ``pending`` receives (posted, not yet
-        in and applied): under ``steps``, only once no receive of an earlier step is pending."""
-        return not self.posts_after_receives or all(r.step >= receive.step for r in pending)
+        in and applied): under ``steps``, only once no receive of an earlier step is pending;
+        under ``gather``, only while fewer than ``receiving_peers`` other peers have one pending."""
+        if self.receiving_peers:
+            pending = tuple(pending)  # asked twice below
+        if self.posts_after_receives and any(r.step < receive.step for r in pending):
+            return False
+        if self.receiving_peers:
+            peers = {r.peer for r in pending}
+            return receive.peer in peers or len(peers) < self.receiving_peers
+        return True
 
     def applies_first(self, action: Action, unapplied: Iterable[Action]) -> bool:
         """Whether one of the ``unapplied`` receives comes before ``action`` and wrote elements
@@ -242,6 +256,7 @@ ISSUE_POLICIES: dict[str, IssuePolicy] = {
     "eager": IssuePolicy("eager", waits_for_sends=False, waits_for_receives=False),
     "ports": IssuePolicy("ports", waits_for_sends=True, waits_for_receives=False),
     "steps": IssuePolicy("steps", waits_for_sends=True, waits_for_receives=True, posts_after_receives=True),
+    "gather": IssuePolicy("gather", waits_for_sends=True, waits_for_receives=False, receiving_peers=2),
 }
 ISSUE_ORDERS = tuple(ISSUE_POLICIES)  # the names an algorithm's ISSUE_ORDER may use
 

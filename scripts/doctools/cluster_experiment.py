@@ -109,16 +109,25 @@ def conditions(link: str) -> dict:
 
 
 def bench_on_cluster(
-    nodes: int, link: str, sizes: tuple[str, str], trials: int, work: Path, layout: Layout = STAR, op: str = "all"
+    nodes: int,
+    link: str,
+    sizes: tuple[str, str],
+    trials: int,
+    work: Path,
+    layout: Layout = STAR,
+    op: str = "all",
+    algos: Sequence[str] | None = None,
 ) -> list[dict]:
-    """lptrain-bench for ``op`` (every op by default) and every algorithm, comm=auto with the
-    topology it probes at start among them, on ``nodes`` namespaces joined as ``layout``:
-    its JSON rows, each with the node count, the layout and the run's fidelity check."""
-    name = f"p{nodes}-{layout.racks}r-{layout.uplink.replace('/', 'of')}-{layout.placement}"
+    """lptrain-bench for ``op`` (every op by default) and ``algos`` (by default every
+    algorithm, comm=auto with the topology it probes at start among them), on ``nodes``
+    namespaces joined as ``layout``: its JSON rows, each with the node count, the layout and
+    the run's fidelity check."""
+    algos = tuple(algos or (*BENCH_ALGOS, "auto"))
+    name = f"p{nodes}-{layout.racks}r-{layout.uplink.replace('/', 'of')}-{layout.placement}-{op}-{'-'.join(algos)}"
     out = work / f"bench-{name}.json"
     load = os.getloadavg()[0]
     bench = [sys.executable, "-m", "lptrain.bench", "--op", op, "-b", sizes[0], "-e", sizes[1], "-f", "4",
-             "--algo", ",".join((*BENCH_ALGOS, "auto")), "--topology", "probe", "-n", "1", "--trials", str(trials),
+             "--algo", ",".join(algos), "--topology", "probe", "-n", "1", "--trials", str(trials),
              "--json", str(out), "--quiet", "--timeout", "120"]  # fmt: skip
     logs = work / f"logs-bench-{name}"
     _run(_cluster(nodes, link, logs, bench, 3600, layout), f"the benchmark on {nodes} nodes ({layout.describe()})")
@@ -261,19 +270,29 @@ def _stamps(stamps: dict | list[dict]) -> list[dict]:
 
 
 def stamp_part(
-    parts: dict[str, list[dict]], part: str, stamp: dict, nodes: list[int] | None = None, held: Sequence[int] = ()
+    parts: dict[str, list[dict]],
+    part: str,
+    stamp: dict,
+    nodes: list[int] | None = None,
+    held: Sequence[int] = (),
+    rows: str | None = None,
 ) -> None:
     """Record that ``part`` was measured now (``stamp``: date and machine), for the node
     counts ``nodes`` only where given: earlier stamps keep the node counts not measured
     again (a whole-part stamp covered ``held``, the counts the record had), and a stamp left
-    with none is dropped."""
-    kept = []
+    with none is dropped. ``rows`` (``ring reduce``) says that only those rows were measured
+    again: the stamps of the rest stay as they are, and only an earlier stamp of the same
+    rows loses the node counts measured now."""
+    kept = [old for old in parts.get(part, []) if old.get("rows") != rows] if rows else []
     if nodes is not None:
         for old in parts.get(part, []):
+            if rows and old.get("rows") != rows:
+                continue  # other rows: kept whole above
             left = [p for p in (old["nodes"] if old["nodes"] is not None else held) if p not in nodes]
             if left:
                 kept.append({**old, "nodes": left})
-    parts[part] = [*kept, {**stamp, "nodes": sorted(nodes) if nodes is not None else None}]
+    new = {**stamp, "nodes": sorted(nodes) if nodes is not None else None}
+    parts[part] = [*kept, {**new, "rows": rows} if rows else new]
 
 
 def half_rate(link: str) -> str:
@@ -294,11 +313,15 @@ def measure(
     save=lambda data: None,
     rack_nodes: tuple[int, ...] = (8,),
     ddp_steps: int = 4,
+    algos: Sequence[str] | None = None,
+    ops: Sequence[str] | None = None,
 ) -> dict:
     """Run the parts named in ``only`` (bench: the star; racks: the thin-uplink grid; ddp:
     real training, DDP and the trainer; train: the paper's iteration; auto: comm=auto tuned
     on 4 nodes; rates: the star at P = 8 at half the rate) and keep the others from
-    ``previous``; ``save`` is called after each measurement, so a failure later loses nothing."""
+    ``previous``; ``save`` is called after each measurement, so a failure later loses nothing.
+    ``algos`` and ``ops`` narrow the star to those rows (an executor's change to one
+    algorithm's op): only they are measured again, and the part's stamp says so."""
     data = dict(previous or {})
     kept = parts_measured(data)
     data["conditions"] = conditions(link) if only else data.get("conditions", conditions(link))
@@ -306,25 +329,30 @@ def measure(
 
     held_star = sorted({r["nodes"] for r in data.get("bench", []) if layout_of(r) == STAR})
 
-    def measured(part: str, measured_nodes: list[int] | None = None) -> None:
+    def measured(part: str, measured_nodes: list[int] | None = None, rows: str | None = None) -> None:
         now = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine()}
-        stamp_part(kept, part, now, measured_nodes, held_star)
+        stamp_part(kept, part, now, measured_nodes, held_star, rows)
         save(data)
 
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
     say(f"logs in {work}")
 
-    def again(rows: list[dict], keys: set) -> list[dict]:
+    def again(rows: list[dict], keys: set, algos=None, ops=None) -> list[dict]:
         """The rows that are not measured again (the rest stay)."""
-        return [r for r in rows if (r["nodes"], r["size"], layout_of(r)) not in keys]
+        return [r for r in rows if (r["nodes"], r["size"], layout_of(r)) not in keys
+                or (algos and r["algo"] not in algos) or (ops and r["op"] not in ops)]  # fmt: skip
 
     if "bench" in only:
-        data["bench"] = again(data.get("bench", []), {(p, parse_size(s), STAR) for p in nodes for s in sizes})
+        keys = {(p, parse_size(s), STAR) for p in nodes for s in sizes}
+        data["bench"] = again(data.get("bench", []), keys, algos, ops)
+        bench_ops = ["all"] if not ops or set(ops) >= set(OPS) else list(ops)
         for p in nodes:
             say(f"benchmark on {p} nodes ({link}) ...")
-            data["bench"] += bench_on_cluster(p, link, sizes, trials, work)
+            for op in bench_ops:
+                data["bench"] += bench_on_cluster(p, link, sizes, trials, work, op=op, algos=algos)
             save(data)
-        measured("bench", list(nodes))
+        narrowed = " ".join((*(algos or ()), *(ops or ()))) if algos or ops else None
+        measured("bench", list(nodes), narrowed)
     if "racks" in only:
         grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
         data["bench"] = again(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})

@@ -400,5 +400,6 @@ def provenance(data: dict) -> str:
         for stamp in stamps:
             words = machine_words(stamp["machine"]) if stamp.get("machine") else "machine not recorded"
             nodes = f" (P = {node_list(stamp['nodes'])})" if stamp.get("nodes") else ""
-            groups.setdefault(words, []).append(f"{PART_NAMES[part]}{nodes} {stamp['date']}")
+            rows = f"'s {stamp['rows']}" if stamp.get("rows") else ""
+            groups.setdefault(words, []).append(f"{PART_NAMES[part]}{rows}{nodes} {stamp['date']}")
     return "; ".join(f"{', '.join(items)} on {words}" for words, items in groups.items())

@@ -19,8 +19,14 @@ OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the sched
 # each step's chunk depends on the last one's; a broadcast's allgather started early
 # shares the port with the scatter still running (1.77 against 1.51 n/B for P = 4 with
 # ``eager``, lptrain.sim.dataflow). Waiting for every earlier receive too (``steps``) only
-# adds a round trip per step (1.85 against 1.76 n/B for an allreduce over 8).
-ISSUE_ORDER = {"broadcast": "ports", "reduce": "ports", "allreduce": "ports"}
+# adds a round trip per step (1.85 against 1.76 n/B for an allreduce over 8). The reduce's
+# gather into the root takes two senders at a time (``gather``). All P - 1 at once, a call
+# now and then lost segments to TCP incast: ring reduces of 4 MiB alternating call by call on
+# the emulated star (200 Mbit/s ports, 2-core host, 2026-12-06) took 1.85 to 1.91 n/B in most
+# calls either way, but with every sender at once 3 calls of 12 at P = 12 took 2.08 to 2.80,
+# and 3 of 20 at P = 16 took 2.72 to 3.10; two at a time, the slowest took 1.95 and 2.18
+# (medians 1.90 against 1.91 and 1.96 against 1.99; at 16 MiB, P = 16, 1.94 and 1.95).
+ISSUE_ORDER = {"broadcast": "ports", "reduce": "gather", "allreduce": "ports"}
 
 
 class _Ring:
