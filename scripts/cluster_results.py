@@ -274,14 +274,10 @@ def _misses(s: dict) -> list[str]:
         cases = _cases(gathers, lambda r: f"{tb.n_over_b(r):.2f} n/B")
         out.append(
             f"- The ring's reduce on the star ({cases}): its reduce-scatter ends with every rank sending its reduced "
-            "share straight to the root at once, P - 1 flows into one port. On 2026-12-05 the same reduce at "
-            "P = 12, 4 MiB, run again twice (`lptrain-cluster --nodes 12 --link 200mbit -- lptrain-bench "
-            "--op reduce -b 4M -e 4M --algo ring -n 1 --trials 2`, with `nstat` in every namespace before and "
-            "after), took 2.21 and 1.84 n/B (the model 1.95) and retransmitted 301 and 276 TCP segments, against "
-            "37 for LP's reduce (1.13 n/B) between them: the root's port drops packets when the flows arrive "
-            "together, and how long their recovery takes varies from run to run. The measurement is the suspect "
-            "for single rows; the model, which gives each flow its fair share and loses nothing, is right on "
-            "average."
+            "share to the root, which takes them two senders at a time (`lptrain/comm/algorithms/ring.py`): all "
+            "P - 1 at once, single calls lost segments to TCP incast now and then and took up to 1.6x the median. "
+            "For a row this far off with two at a time, which side is wrong is not known; the model gives each "
+            "flow its fair share and loses nothing."
         )
     if crowded:
         fitted = [r for r in s.get("fitted", []) if r["algo"] == "lp" and r["size"] == min(x["size"] for x in crowded)]

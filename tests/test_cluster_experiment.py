@@ -173,6 +173,16 @@ def test_be_is_held_to_its_own_programs_one_port_model_at_every_p():
     assert tb.one_port_model("allreduce", 5) == "ring 1.60, BE 3.50, LP ~2"
 
 
+def test_the_ring_is_held_to_two_p_minus_one_over_p_for_every_op():
+    """The ring's one-port cost is 2(P-1)/P n/B whatever the op (the broadcast's binomial scatter
+    and allgather send (P-1)/P n each from the root's port); rows are listed farthest first."""
+    n_over_b_us = (1 << 20) / 25e6 * 1e6
+    rows = [dict(_row(op, "ring", p), time_us=x * n_over_b_us) for op, p, x in
+            (("reduce", 4, 1.65), ("broadcast", 8, 1.75), ("allreduce", 16, 1.875))]  # fmt: skip
+    ratios = tb.ring_against_model({"conditions": {"link_bytes_per_s": 25e6}, "bench": rows})
+    assert [(r["op"], round(x, 3)) for x, r in ratios] == [("reduce", 1.1), ("broadcast", 1.0), ("allreduce", 1.0)]
+
+
 def test_the_second_rate_table_puts_each_algorithms_n_over_b_at_both_rates_side_by_side():
     assert ex.half_rate("200mbit") == "100000kbit"
     fast = (1 << 20) / 25e6 * 1e6  # n/B at 200mbit, in us
@@ -255,7 +265,7 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
     assert "below the 128 KiB the link sets" in words[0] and "The model is wrong here" in words[0]
     assert "read 1.11" in words[0]
     assert "ran LP as the lp column did" in words[1] and "4.21 n/B" in words[1] and "measurement is wrong" in words[1]
-    assert "straight to the root" in words[2] and "P = 12, 1 MiB" in words[2]
+    assert "two senders at a time" in words[2] and "not known" in words[2] and "P = 12, 1 MiB" in words[2]
     # auto ran what the lp column ran, but that column is as far off: the model's miss, not the run's
     assert "P = 14, 1 MiB (auto broadcast +21%), P = 14, 1 MiB (lp broadcast +19%)" in words[3]
     assert "the model is wrong" in words[3] and "LP's broadcast at P = 16 is +27% off too" in words[3]

@@ -128,6 +128,21 @@ def render(data: dict) -> list[str]:
                 "and 1.92 n/B with the fresh copy, 1.82 and 1.78 with the kept one (the model 1.75; the ring 1.76 "
                 "to 1.78 in all four); the rows above had the fresh copy."
             )
+    ring = tb.ring_against_model(data)
+    if ring:
+        within = [r for ratio, r in ring if ratio <= 1.10]
+        worst, row = ring[0]
+        lines.append(
+            f"- The ring is held to its program's one-port model, 2(P-1)/P n/B for each op: {len(within)} of its "
+            f"{len(ring)} rows (3 ops, 4 and 16 MiB, P = {min(r['nodes'] for _, r in ring)} to "
+            f"{max(r['nodes'] for _, r in ring)}) are within 1.10x of it, the farthest {row['op']} at P = "
+            f"{row['nodes']}, {tb.size_label(row['size'])}, {worst:.2f}x. Its reduce ends with every rank sending "
+            "its share to the root; posted all at once, those P - 1 flows into one port now and then lost segments "
+            "to TCP incast (single calls at 1.1x to 1.6x the median at P = 12 and 16), and such rows read up to "
+            "1.35x. The root now takes them two senders at a time (`lptrain/comm/algorithms/ring.py` has the "
+            "figures), and the ring's reduce rows were measured again with it (`--only bench --algos ring --ops "
+            "reduce`)."
+        )
     auto = tb.auto_against_gloo(data)
     if auto:
         lines.append(

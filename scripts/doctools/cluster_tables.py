@@ -50,9 +50,15 @@ def be_model(op: str, p: int) -> float:
     ring's; at any other P the extra ranks first hand their whole message to a neighbour
     (reduce, allreduce) and get the result back after (broadcast, allreduce), steps that
     2(P-1)/P leaves out: 2.50 n/B for a reduce at P = 5 to 7."""
+    return one_port_multiple("be", op, p)
+
+
+def one_port_multiple(algo: str, op: str, p: int) -> float:
+    """``algo``'s ``op`` over P one-port nodes in n/B: its own program priced with no latency
+    and no cost per message (``lptrain-sim predict --topology oneport``)."""
     nbytes = 1 << 24
     topology = oneport(p, bandwidth=1.0, latency=0.0, overhead=0.0, gamma=0.0)
-    return predict("be", op, topology, nbytes).seconds / nbytes
+    return predict(algo, op, topology, nbytes).seconds / nbytes
 
 
 def one_port_model(op: str, p: int) -> str:
@@ -169,6 +175,14 @@ def be_against_model(data: dict, size: int) -> list[tuple[float, dict]]:
     model (``be_model``), the farthest first."""
     rows = [r for r in rows_of(data) if r["algo"] == "be" and r["size"] == size]
     return sorted(((n_over_b(r) / be_model(r["op"], r["nodes"]), r) for r in rows), key=lambda x: -x[0])
+
+
+def ring_against_model(data: dict) -> list[tuple[float, dict]]:
+    """The ring's rows on the star, every op and size, each with its time over its program's
+    one-port model (2(P-1)/P n/B for each op), the farthest first."""
+    rows = [r for r in rows_of(data) if r["algo"] == "ring"]
+    ratios = ((n_over_b(r) / one_port_multiple("ring", r["op"], r["nodes"]), r) for r in rows)
+    return sorted(ratios, key=lambda x: -x[0])
 
 
 def auto_against_gloo(data: dict, layout=STAR) -> tuple[float, dict] | None:
