@@ -257,11 +257,12 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
         row("broadcast", "lp", 14, error=0.19, ratio=1.10),
         row("broadcast", "auto", 14, error=0.21, ratio=1.08, chose="lp block=auto order=natural"),
         row("broadcast", "mst", 6),
+        row("reduce", "mst", 14, ratio=5.17),
     ]
     fitted = [{**row("broadcast", "lp", 16, error=0.27), "cores": 2}]
     words = cluster_results._misses({"over_15": misses, "held": [lp_star, lp_racks, *misses], "fitted": fitted})
     text = "\n".join(words)
-    assert len(words) == 6, words
+    assert len(words) == 7, words
     assert "below the 128 KiB the link sets" in words[0] and "The model is wrong here" in words[0]
     assert "read 1.11" in words[0]
     assert "ran LP as the lp column did" in words[1] and "4.21 n/B" in words[1] and "measurement is wrong" in words[1]
@@ -270,8 +271,9 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
     assert "P = 14, 1 MiB (auto broadcast +21%), P = 14, 1 MiB (lp broadcast +19%)" in words[3]
     assert "the model is wrong" in words[3] and "LP's broadcast at P = 16 is +27% off too" in words[3]
     assert "LP's allreduce across 4 racks" in words[4]
-    assert words[5].startswith("- 1 other row(s) (mst broadcast at P = 6") and "not studied" in words[5]
-    assert "not studied" not in text.replace(words[5], "")
+    assert "MST's reduce on the star (P = 14, 1 MiB (5.17 n/B))" in words[5] and "measurement is wrong" in words[5]
+    assert words[6].startswith("- 1 other row(s) (mst broadcast at P = 6") and "not studied" in words[6]
+    assert "not studied" not in text.replace(words[6], "")
 
 
 def test_each_part_of_the_record_keeps_its_own_date_and_machine():

@@ -351,7 +351,7 @@ def measure(
             for op in bench_ops:
                 data["bench"] += bench_on_cluster(p, link, sizes, trials, work, op=op, algos=algos)
             save(data)
-        narrowed = " ".join((*(algos or ()), *(ops or ()))) if algos or ops else None
+        narrowed = " ".join(" and ".join(x) for x in (algos, ops) if x) or None  # "lp and auto reduce"
         measured("bench", list(nodes), narrowed)
     if "racks" in only:
         grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
