@@ -75,13 +75,39 @@ def init_from_environment(devices: list[torch.device], timeout_s: float) -> tupl
 def join_default_group(device: torch.device, timeout: datetime.timedelta | None = None) -> None:
     """NCCL for a GPU, made this process's current device first and named to the group
     (see ``init_from_environment``); gloo for the CPU. ``None``: the backend's default timeout.
-    The helpers below wait at most ``timeout`` too."""
+    The helpers below wait at most ``timeout`` too. Under torchrun each job gets keys of its
+    own in the agent's store (``job_store``)."""
     bound_collectives(timeout)
+    joined = job_store(timeout)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+        dist.init_process_group("nccl", timeout=timeout, device_id=device, **joined)
     else:
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group("gloo", timeout=timeout, **joined)
+
+
+STORE_TIMEOUT = datetime.timedelta(minutes=5)  # reaching the agent's store, where no timeout is given
+
+
+def job_store(timeout: datetime.timedelta | None) -> dict:
+    """Where torchrun's agent serves the store (TORCHELASTIC_USE_AGENT_STORE), the keywords
+    that join this job under keys of its own; otherwise none (the environment as torch reads it).
+
+    The agent keeps one store for everything its workers run, so several jobs in a row in one
+    torchrun (``--no-python bash -c 'lptrain-bench ...; lptrain-bench ...'``, or a script on
+    lptrain-cluster) all meet in it. Each would find the last one's keys: a rank that starts a
+    job before its peers reads their old addresses, and gloo fails to connect after a hundred
+    seconds. Every rank counts the jobs it has joined in the store, and the n-th job's keys sit
+    under ``lptrain/job-n``; the ranks run the same jobs in the same order, so they agree."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+        return {}
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    agent = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False,
+        timeout=timeout or STORE_TIMEOUT,
+    )  # fmt: skip
+    job = agent.add(f"lptrain/jobs-joined/rank-{rank}", 1)
+    return {"store": dist.PrefixStore(f"lptrain/job-{job}", agent), "rank": rank, "world_size": world_size}
 
 
 def local_rank() -> int:
