@@ -179,7 +179,7 @@ def test_the_ring_is_held_to_two_p_minus_one_over_p_for_every_op():
     n_over_b_us = (1 << 20) / 25e6 * 1e6
     rows = [dict(_row(op, "ring", p), time_us=x * n_over_b_us) for op, p, x in
             (("reduce", 4, 1.65), ("broadcast", 8, 1.75), ("allreduce", 16, 1.875))]  # fmt: skip
-    ratios = tb.ring_against_model({"conditions": {"link_bytes_per_s": 25e6}, "bench": rows})
+    ratios = tb.against_one_port({"conditions": {"link_bytes_per_s": 25e6}, "bench": rows}, "ring")
     assert [(r["op"], round(x, 3)) for x, r in ratios] == [("reduce", 1.1), ("broadcast", 1.0), ("allreduce", 1.0)]
 
 

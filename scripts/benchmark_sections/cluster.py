@@ -106,7 +106,7 @@ def render(data: dict) -> list[str]:
             f"- LP {op}: {lo:.2f} to {hi:.2f} n/B at 16 MiB over P = {span_nodes[0]} to {span_nodes[-1]} "
             f"({slo:.2f} to {shi:.2f} at 4 MiB)."
         )
-    be = tb.be_against_model(data, ex.BIG)
+    be = tb.against_one_port(data, "be", ex.BIG)
     if be:
         within = sorted(r["nodes"] for ratio, r in be if ratio <= 1.10)
         lines.append(
@@ -128,7 +128,7 @@ def render(data: dict) -> list[str]:
                 "and 1.92 n/B with the fresh copy, 1.82 and 1.78 with the kept one (the model 1.75; the ring 1.76 "
                 "to 1.78 in all four); the rows above had the fresh copy."
             )
-    ring = tb.ring_against_model(data)
+    ring = tb.against_one_port(data, "ring")
     if ring:
         within = [r for ratio, r in ring if ratio <= 1.10]
         worst, row = ring[0]

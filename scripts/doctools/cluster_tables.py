@@ -6,6 +6,7 @@ layouts without the link's rate.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -53,6 +54,7 @@ def be_model(op: str, p: int) -> float:
     return one_port_multiple("be", op, p)
 
 
+@functools.cache
 def one_port_multiple(algo: str, op: str, p: int) -> float:
     """``algo``'s ``op`` over P one-port nodes in n/B: its own program priced with no latency
     and no cost per message (``lptrain-sim predict --topology oneport``)."""
@@ -170,18 +172,12 @@ def span(data: dict, algo: str, op: str, size: int) -> tuple[float, float, list[
     return min(times), max(times), sorted(r["nodes"] for r in rows)
 
 
-def be_against_model(data: dict, size: int) -> list[tuple[float, dict]]:
-    """BE's rows on the star at ``size``, each with its time over its own program's one-port
-    model (``be_model``), the farthest first."""
-    rows = [r for r in rows_of(data) if r["algo"] == "be" and r["size"] == size]
-    return sorted(((n_over_b(r) / be_model(r["op"], r["nodes"]), r) for r in rows), key=lambda x: -x[0])
-
-
-def ring_against_model(data: dict) -> list[tuple[float, dict]]:
-    """The ring's rows on the star, every op and size, each with its time over its program's
-    one-port model (2(P-1)/P n/B for each op), the farthest first."""
-    rows = [r for r in rows_of(data) if r["algo"] == "ring"]
-    ratios = ((n_over_b(r) / one_port_multiple("ring", r["op"], r["nodes"]), r) for r in rows)
+def against_one_port(data: dict, algo: str, size: int | None = None) -> list[tuple[float, dict]]:
+    """``algo``'s rows on the star (at ``size``, every size with None), each with its time over
+    its own program's one-port model (``one_port_multiple``: BE's is ``be_model``, the ring's
+    2(P-1)/P n/B for each op), the farthest first."""
+    rows = [r for r in rows_of(data) if r["algo"] == algo and (size is None or r["size"] == size)]
+    ratios = ((n_over_b(r) / one_port_multiple(algo, r["op"], r["nodes"]), r) for r in rows)
     return sorted(ratios, key=lambda x: -x[0])
 
 
