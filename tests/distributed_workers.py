@@ -310,6 +310,10 @@ def link_rules(rank: int, world: int, store: str, out: str) -> None:
             assert torch.equal(t, torch.full((count,), float(world * (world + 1) // 2))), f"{name} on a {speed} link"
             prof = comm.profile
             counts[f"{name} {speed}"] = [prof.messages, prof.waits, prof.paced, prof.calls]
+            if name == "be":  # its broadcast keeps the link's messages where its allreduce takes the share
+                before = prof.messages
+                comm.broadcast(t, 0)
+                counts[f"be {speed} broadcast"] = prof.messages - before
     Path(out, f"rank{rank}.json").write_text(json.dumps(counts))
     dist.barrier()
     dist.destroy_process_group()

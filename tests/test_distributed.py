@@ -128,7 +128,8 @@ def test_the_executor_follows_the_measured_link_across_processes(tmp_path):
     """Four gloo processes, the link's measurement replaced by a fast and a slow figure: per
     call, a 64 MiB ring allreduce sends 4 MiB messages on the fast link and 256 KiB ones on
     the slow link; BE's sends are paced on a slow link and never on a fast one (at 600 MB/s,
-    barely fast, the rule before paced BE's later steps)."""
+    barely fast, the rule before paced BE's later steps); BE's allreduce takes a rank's share
+    per message on either link, its broadcast the slow link's short messages."""
     import json
 
     p = 4
@@ -139,6 +140,13 @@ def test_the_executor_follows_the_measured_link_across_processes(tmp_path):
         assert counts["ring fast"] == [share, share, 0, 1], counts
         assert counts["ring slow"][0] == 4 * (p - 1) * (16 << 20) // (256 << 10), counts
         assert counts["be fast"][2] == 0 and counts["be slow"][2] > 0, counts
+        # BE's allreduce of 1 MiB over 4 on the slow link (steps of 512, 256, 256 and 512 KiB
+        # each way) in 1 MiB messages (the share's floor), one send and one receive a step, where
+        # the link's own 64 KiB messages made 48 (lptrain.comm.program.MESSAGE_RULES); of 16 MiB
+        # on the fast link, in 4 MiB messages (8, 4, 4 and 8 MiB steps)
+        assert counts["be slow"][0] == 8 and counts["be fast"][0] == 12, counts
+        if r == 0:  # the root of its broadcast sends 1.5 n: in 64 KiB messages on the slow link
+            assert counts["be slow broadcast"] == 24 and counts["be fast broadcast"] == 6, counts
 
 
 def test_reduce_keeps_its_copy_of_a_non_roots_tensor_from_call_to_call(tmp_path):

@@ -156,3 +156,27 @@ def test_sends_are_paced_at_the_rate_the_executor_measured_so_be_on_racks_waits_
     assert paced / unit == pytest.approx(6.5, rel=0.02)
     # On one switch the measured rate is the port's: pacing holds nothing back.
     assert _multiple(schedule, 4, order) == pytest.approx(1.5, rel=0.02)
+
+
+def test_the_simulator_cuts_each_ops_messages_by_its_algorithms_rule():
+    """BE's allreduce takes a rank's share per message on a slow link as well (its module's
+    ``MESSAGES``), its broadcast and every other algorithm the link's own 10 ms; the simulator
+    asks the same rule as the executor, so it prices the program the executor runs."""
+    from lptrain.comm.algorithms import be, message_rule_of, message_rules
+    from lptrain.comm.distributed import auto_segment_bytes
+    from lptrain.comm.program import MESSAGE_RULES
+    from lptrain.comm.transport import LinkCost
+    from lptrain.sim.dataflow import auto_segment
+
+    assert set(message_rules("be").values()) <= set(MESSAGE_RULES)
+    assert message_rules("be")["allreduce"] == "share" and message_rules("be")["broadcast"] == "link"
+    assert set(message_rules("ring").values()) == set(message_rules("lp-rb").values()) == {"link"}
+    n, p, rate = 4 << 20, 16, 25e6
+    slow = oneport(p, bandwidth=rate, latency=0.0, overhead=0.0, gamma=0.0)
+    for schedule, expected in ((be.allreduce(p, n // 4), 1 << 20), (be.broadcast(p, n // 4, 0), 256 << 10)):
+        rule = message_rule_of(schedule)
+        assert auto_segment_bytes(n, p, LinkCost(80e-6, 1 / rate), rule) == expected, schedule.op
+        assert auto_segment(schedule, slow) * 4 == expected, schedule.op
+    assert message_rule_of(ring.allreduce(4, N)) == "link"
+    with pytest.raises(ValueError, match="message rule"):
+        auto_segment_bytes(n, p, None, "whole")

@@ -211,7 +211,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                 if algo in args.variants and args.variants[algo][0] != "auto":
                     schedule = comm.schedule(op, count, args.root, dtype)
                     moved = schedule.elements_moved() * itemsize / sec / 1e9
-                    segment = comm.segment_elements(count, itemsize) * itemsize
+                    segment = comm.segment_elements(count, itemsize, op) * itemsize
                     if args.variants[algo][0] == "lp" and schedule.steps:
                         block = schedule.steps[0][0].count * itemsize
                 link = comm.link

@@ -20,6 +20,7 @@ from lptrain.comm.algorithms import (
     check_options,
     follows_sizing,
     issue_orders,
+    message_rules,
     option_names,
     schedule_builders,
 )
@@ -162,5 +163,12 @@ def build_across_processes(name: str, group: Any, **options: Any) -> Distributed
     sizing = link_sizing(link, fixed, world, on_cpu)
     builders, _ = schedule_builders(name, world, options, sizing)
     return DistributedCommunicator(
-        name, group, builders, **common, link=link, sized_for_link=sized, issue_order=issue_orders(name)
+        name,
+        group,
+        builders,
+        **common,
+        link=link,
+        sized_for_link=sized,
+        issue_order=issue_orders(name),
+        message_rule=message_rules(name),
     )

@@ -57,9 +57,10 @@ def link_rate(link: LinkCost | None) -> float | None:
     return None if link is None else 1.0 / link.beta_s_per_byte
 
 
-def auto_segment_bytes(nbytes: int, world_size: int, link: LinkCost | None = None) -> int:
-    """``segment_size=auto`` on the measured ``link`` (``lptrain.comm.program.auto_segment_bytes``)."""
-    return program_segment_bytes(nbytes, world_size, link_rate(link))
+def auto_segment_bytes(nbytes: int, world_size: int, link: LinkCost | None = None, rule: str = "link") -> int:
+    """``segment_size=auto`` on the measured ``link`` under the op's message ``rule``
+    (``lptrain.comm.program.auto_segment_bytes``)."""
+    return program_segment_bytes(nbytes, world_size, link_rate(link), rule)
 
 
 def parse_segment_size(segment_size: int | str) -> int | None:
@@ -70,10 +71,13 @@ def parse_segment_size(segment_size: int | str) -> int | None:
     return fixed
 
 
-def segment_bytes(fixed: int | None, nbytes: int, world_size: int, link: LinkCost | None = None) -> int:
+def segment_bytes(
+    fixed: int | None, nbytes: int, world_size: int, link: LinkCost | None = None, rule: str = "link"
+) -> int:
     """Bytes per message of an ``nbytes`` collective: ``fixed`` (the parsed option), or the
-    automatic rule. The same on every rank, and LP's floor across processes."""
-    return fixed if fixed is not None else auto_segment_bytes(nbytes, world_size, link)
+    automatic rule under the op's message ``rule``. The same on every rank, and LP's floor
+    across processes."""
+    return fixed if fixed is not None else auto_segment_bytes(nbytes, world_size, link, rule)
 
 
 class CollectiveError(RuntimeError):
@@ -154,6 +158,7 @@ class DistributedCommunicator:
         link: LinkCost | None = None,
         sized_for_link: tuple[str, ...] = (),
         issue_order: str | dict[str, str] = "eager",
+        message_rule: dict[str, str] | None = None,
     ) -> None:
         if not dist.is_initialized():
             raise CollectiveInputError(
@@ -188,6 +193,8 @@ class DistributedCommunicator:
         self._copies = StagingPool()
         self.profile = Profile()  # where this rank's time went in the schedules' calls
         self.issue_order = issue_order  # how far the executor may overlap steps: one, or the algorithm's per op
+        # how each op cuts its messages on a slow link (lptrain.comm.program.MESSAGE_RULES), per op
+        self.message_rule = dict(message_rule or {})
         self.link = link  # the measured transport: automatic segments and LP's blocks were sized for it
         self.sized_for_link = tuple(sized_for_link)
         # NCCL runs unbatched point-to-point operations one after the other: each step's
@@ -275,7 +282,8 @@ class DistributedCommunicator:
             "algorithm": self.name,
             "root": root,
             "reduce_op": how,
-            "segment": self.segment_elements(tensor.numel(), tensor.element_size()),  # ranks must cut messages alike
+            # ranks must cut messages alike
+            "segment": self.segment_elements(tensor.numel(), tensor.element_size(), op),
         }
 
     def agree(self, fingerprint: dict[str, Any]) -> None:
@@ -333,13 +341,15 @@ class DistributedCommunicator:
     def _program(self, schedule: Schedule, itemsize: int) -> tuple[Action, ...]:
         key = (id(schedule), itemsize)
         if key not in self._programs:
-            segment = self.segment_elements(schedule.count, itemsize)
+            segment = self.segment_elements(schedule.count, itemsize, schedule.op)
             self._programs[key] = rank_program(schedule, self.rank, segment)
         return self._programs[key]
 
-    def segment_elements(self, count: int, itemsize: int) -> int:
-        """Elements per message: the option, or the automatic rule (the same on every rank)."""
-        return max(1, segment_bytes(self.segment_bytes, count * itemsize, self.world_size, self.link) // itemsize)
+    def segment_elements(self, count: int, itemsize: int, op: str = "allreduce") -> int:
+        """Elements per message of ``op``: the option, or the automatic rule under the op's
+        message rule (the same on every rank)."""
+        rule = self.message_rule.get(op, "link")
+        return max(1, segment_bytes(self.segment_bytes, count * itemsize, self.world_size, self.link, rule) // itemsize)
 
     def _run(self, schedule: Schedule, work: torch.Tensor, fingerprint: dict[str, Any]) -> None:
         def wait(handle, what: str) -> None:
@@ -354,7 +364,7 @@ class DistributedCommunicator:
         common = {
             "wait": wait,
             "pool": self._pool,
-            "segment_bytes": self.segment_elements(schedule.count, itemsize) * itemsize,
+            "segment_bytes": self.segment_elements(schedule.count, itemsize, schedule.op) * itemsize,
             "num_steps": schedule.num_steps,
             "on_step": on_step,
             "profile": self.profile,

@@ -33,7 +33,8 @@ start (``auto_segment_bytes``, ``pacing_rate``), for both as well: on a slow lin
 message's CPU cost is small beside its transfer, so messages are cut to what the link
 carries in 10 ms (a chain's blocks in 5 ms) and sends are paced at its rate; on a fast one (loopback, shared memory)
 the CPU sets the time, so a message is a rank's share of a step (1 to 4 MiB) and nothing is
-paced.
+paced. An algorithm's op may take the share on a slow link too (its module's ``MESSAGES``,
+``MESSAGE_RULES``): BE's allreduce, whose steps leave no transfer to hide a message's cost.
 """
 
 from __future__ import annotations
@@ -102,14 +103,35 @@ def fast_link(bytes_per_s: float | None) -> bool:
     return bytes_per_s is not None and bytes_per_s >= FAST_LINK_BYTES_PER_S
 
 
-def auto_segment_bytes(nbytes: int, world_size: int, bytes_per_s: float | None = None) -> int:
+# How an algorithm's op cuts its messages on a slow link (its module's ``MESSAGES``; on a fast
+# link, or none measured, every op takes the share):
+# * ``link``: what the link carries in ``LINK_SEGMENT_SECONDS`` (above), the default;
+# * ``share``: a rank's share within 1..4 MiB, as on a fast link. For a program whose every step
+#   waits for the last step's receives and trades with a new partner (BE's allreduce under
+#   ``steps``), no transfer hides a message's CPU cost: every rank posts its step's messages at
+#   the step's start, all at once, and with many ranks on few cores they queue for a core.
+#   Over 16 emulated nodes on 2 cores (200 Mbit/s, 2026-12-06, calls alternating, the slowest
+#   rank's time) BE's 4 MiB allreduce took 2.10 n/B in 256 KiB messages (median of 10 calls;
+#   of 6 in another run, 2.21), 2.06 in 1 MiB, 2.02 in 2 MiB and 2.48 in 64 KiB (model 1.88);
+#   at 16 MiB 2.17 in 256 KiB and 1.96 in 1 MiB; over 4 and 8 nodes 1.54 and 1.81 against
+#   1.51 and 1.79. The ring, with as many messages, hides them (1.96): its receives are
+#   posted ahead. BE's broadcast and reduce keep ``link``: its broadcast took 1.69 to 1.71
+#   n/B in 512 KiB to 4 MiB messages over 4 nodes against 1.51 in 256 KiB (2.64 against 1.95
+#   over 16), and its reduce measured the same either way.
+MESSAGE_RULES = ("link", "share")
+
+
+def auto_segment_bytes(nbytes: int, world_size: int, bytes_per_s: float | None = None, rule: str = "link") -> int:
     """Bytes per message of an ``nbytes`` collective with ``segment_size=auto``, on a link
     measured at ``bytes_per_s`` (None: not measured): a rank's share within 1..4 MiB; on a slow
-    link at most what it carries in ``LINK_SEGMENT_SECONDS`` (a power of two, at least 64 KiB);
-    on a fast one the share (the constants above say why)."""
+    link, under the ``link`` rule, at most what it carries in ``LINK_SEGMENT_SECONDS`` (a power
+    of two, at least 64 KiB); on a fast one, or under the ``share`` rule, the share (the
+    constants above say why)."""
+    if rule not in MESSAGE_RULES:
+        raise ValueError(f"unknown message rule {rule!r}; valid: {', '.join(MESSAGE_RULES)}")
     low, high = AUTO_SEGMENT_BYTES
     share = min(max(nbytes // world_size, low), high)
-    if bytes_per_s is None or fast_link(bytes_per_s):
+    if rule == "share" or bytes_per_s is None or fast_link(bytes_per_s):
         return share
     return min(share, _carried_in(LINK_SEGMENT_SECONDS, bytes_per_s, MIN_LINK_SEGMENT_BYTES))
 

@@ -43,6 +43,7 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lptrain.comm.algorithms import message_rule_of
 from lptrain.comm.program import (
     Action,
     IssuePolicy,
@@ -387,7 +388,8 @@ def auto_segment(schedule: Schedule, topology: Topology, itemsize: int = 4) -> i
     rule as the executor's (``lptrain.comm.program.auto_segment_bytes``) on the rate it would
     measure, so the simulator cuts messages where the executor does."""
     nbytes = schedule.count * itemsize
-    return max(1, auto_segment_bytes(nbytes, schedule.world_size, measured_rate(topology)) // itemsize)
+    rule = message_rule_of(schedule)
+    return max(1, auto_segment_bytes(nbytes, schedule.world_size, measured_rate(topology), rule) // itemsize)
 
 
 def simulate_dataflow(

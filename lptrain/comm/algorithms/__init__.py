@@ -3,7 +3,8 @@
 Every module has the same shape: ``NAME``; ``OPTIONS``, an
 :class:`~lptrain.comm.algorithms.options.AlgorithmOptions` (the options a user may set,
 their defaults, and the keyword arguments they give the schedule functions per message);
-``ISSUE_ORDER``; and ``broadcast(world_size, count, root, **keywords)``,
+``ISSUE_ORDER``; optionally ``MESSAGES`` (how an op cuts its messages on a slow link, ``link``
+where it says nothing: ``lptrain.comm.program.MESSAGE_RULES``); and ``broadcast(world_size, count, root, **keywords)``,
 ``reduce(world_size, count, root, **keywords)`` and ``allreduce(world_size, count,
 **keywords)``, each returning a :class:`lptrain.comm.schedule.Schedule`.
 
@@ -22,6 +23,7 @@ so no algorithm has a line of its own for it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
@@ -82,6 +84,20 @@ def issue_orders(algorithm: str) -> dict[str, str]:
 def issue_order(algorithm: str, op: str) -> str:
     """``issue_orders(algorithm)`` for one op."""
     return issue_orders(algorithm)[op]
+
+
+def message_rules(algorithm: str) -> dict[str, str]:
+    """How ``algorithm``'s ops cut their messages on a slow link, per op (its module's
+    ``MESSAGES``, ``link`` for an op it does not name; ``lptrain.comm.program.MESSAGE_RULES``)."""
+    named = getattr(module_of(algorithm), "MESSAGES", {})
+    return {op: named.get(op, "link") for op in OPS}
+
+
+def message_rule_of(schedule: Schedule) -> str:
+    """The message rule of the algorithm that built ``schedule`` (its label's first word: ``lp
+    (block=...)``, ``be order=...``), for its op; ``link`` for a schedule of no module here."""
+    base = resolve(re.split(r"[ (]", schedule.algorithm, maxsplit=1)[0])[0]
+    return message_rules(base)[schedule.op] if base in MODULES else "link"
 
 
 def check_options(algorithm: str, world_size: int, options: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -37,6 +37,12 @@ OPTIONS = AlgorithmOptions()  # none: the ranks and the message decide the sched
 # (On that emulator ``steps`` measured 1.82 against 2.26 n/B with ``ports`` for allreduce over
 # 4 nodes, and 1.69 against 1.93 for reduce.)
 ISSUE_ORDER = {"broadcast": "steps", "reduce": "steps", "allreduce": "steps"}
+# How large its messages are on a slow link (lptrain.comm.program.MESSAGE_RULES, where the
+# figures are): the allreduce's steps are exchanges that each wait for the last, so every
+# message's CPU cost falls between two transfers, and a rank's share per message (1..4 MiB)
+# beats what the link carries in 10 ms; the broadcast and the reduce measured better, or the
+# same, in the link's messages.
+MESSAGES = {"broadcast": "link", "reduce": "link", "allreduce": "share"}
 
 
 class _Exchange:
