@@ -330,3 +330,22 @@ def test_some_algorithms_and_ops_of_the_star_are_measured_again_and_stamped_apar
                   held=[2, 3])  # fmt: skip
     assert [s.get("rows") for s in stamps_of["bench"]] == [None, "ring reduce", None]
     assert [s["nodes"] for s in stamps_of["bench"]] == [[3], [3], [2]]  # a whole run of P = 2 covers the ring's too
+
+
+def test_a_part_measured_at_another_nice_says_so_beside_the_record_s(monkeypatch, tmp_path):
+    """Each part's stamp keeps the nice value it ran at: the record's conditions are those of
+    the last run, so a part run at -20 among parts run at -10 made every run read -20."""
+    monkeypatch.setattr(ex.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    monkeypatch.setattr(ex, "bench_on_cluster", lambda nodes, *a, op="all", algos=None, **k: [
+        dict(_row(op, x, nodes), size=1 << 22, time_us=2.0) for x in algos])  # fmt: skip
+    monkeypatch.setattr(ex, "machine", lambda: "xeon")
+    previous = {"conditions": {"date": "2026-12-05 21:00", "machine": "epyc", "nice": -10}, "bench": []}
+    data = ex.measure([2], "200mbit", ("4M", "4M"), 2, [], 1, {"bench"}, previous, say=lambda m: None,
+                      algos=("be",), ops=("allreduce",))  # fmt: skip
+    stamp = data["conditions"]["parts"]["bench"][-1]
+    assert stamp["nice"] == ex.os.nice(0) and stamp["rows"] == "be allreduce"
+    data["conditions"]["nice"] = -10
+    stamp["nice"] = -20
+    assert tb.nice_phrase(data) == "nice -10, the star's be allreduce at -20"
+    stamp["nice"] = -10
+    assert tb.nice_phrase(data) == "nice -10"

@@ -330,7 +330,7 @@ def measure(
     held_star = sorted({r["nodes"] for r in data.get("bench", []) if layout_of(r) == STAR})
 
     def measured(part: str, measured_nodes: list[int] | None = None, rows: str | None = None) -> None:
-        now = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine()}
+        now = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine(), "nice": os.nice(0)}
         stamp_part(kept, part, now, measured_nodes, held_star, rows)
         save(data)
 

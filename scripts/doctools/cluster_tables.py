@@ -374,7 +374,7 @@ def describe(data: dict) -> str:
     loads = [r["load"] for r in data.get("bench", []) if "load" in r]
     load = f"load average {min(loads):.1f} to {max(loads):.1f} at the starts of the runs" if loads else ""
     if c.get("nice"):
-        load += f" (the runs at nice {c['nice']}, ahead of the machine's other work)"
+        load += f" (the runs at {nice_phrase(data)}; ahead of the machine's other work)"
     check = fidelity_phrase(data)
     return (f"{c['link']} per port (B = {c['link_bytes_per_s'] / 1e6:.1f} MB/s one way); {provenance(data)}; "
             f"{load or 'load average ' + format(c['load_before'], '.1f')}"
@@ -400,6 +400,21 @@ def node_list(nodes: list[int]) -> str:
         else:
             runs.append([p])
     return ", ".join(f"{r[0]} to {r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def nice_phrase(data: dict) -> str:
+    """The runs' nice values ("nice -10", or "nice -10, the star's be allreduce at -20"): each
+    part's own where its stamp says, else the record's (stamps before parts kept their own)."""
+    c = data["conditions"]
+    if not c.get("nice"):
+        return ""
+    apart = [
+        f", {PART_NAMES[part]}" + (f"'s {stamp['rows']}" if stamp.get("rows") else "") + f" at {stamp['nice']}"
+        for part, stamps in parts_measured(data).items()
+        for stamp in stamps
+        if stamp.get("nice") is not None and stamp["nice"] != c["nice"]
+    ]
+    return f"nice {c['nice']}" + "".join(apart)
 
 
 def provenance(data: dict) -> str:
