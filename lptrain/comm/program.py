@@ -115,9 +115,12 @@ def fast_link(bytes_per_s: float | None) -> bool:
 #   of 6 in another run, 2.21), 2.06 in 1 MiB, 2.02 in 2 MiB and 2.48 in 64 KiB (model 1.88);
 #   at 16 MiB 2.17 in 256 KiB and 1.96 in 1 MiB; over 4 and 8 nodes 1.54 and 1.81 against
 #   1.51 and 1.79. The ring, with as many messages, hides them (1.96): its receives are
-#   posted ahead. BE's broadcast and reduce keep ``link``: its broadcast took 1.69 to 1.71
-#   n/B in 512 KiB to 4 MiB messages over 4 nodes against 1.51 in 256 KiB (2.64 against 1.95
-#   over 16), and its reduce measured the same either way.
+#   posted ahead. BE's broadcast and reduce keep ``link``: its broadcast took 1.68 to 1.72
+#   n/B in 384 KiB to 4 MiB messages over 4 nodes against 1.51 in 256 KiB (2.64 against 1.95
+#   over 16), and its reduce measured the same either way. The broadcast's 256 KiB messages are
+#   good only with its sends paced (``PortQueue``): unpaced they took 1.70 n/B; in 512 KiB ones
+#   it took 1.69 to 1.71 paced or not, and 1.64 to 1.82 with 4 to 64 receives posted ahead
+#   (4 nodes, 16 MiB; why the pacing stops working with larger messages is not found).
 MESSAGE_RULES = ("link", "share")
 
 
