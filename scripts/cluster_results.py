@@ -331,7 +331,8 @@ def _misses(s: dict) -> list[str]:
             f"- LP's allreduce on the star ({cases}): both sides. Run again on 2026-12-06 the same allreduce at "
             "P = 4, 4 MiB took 2.35 n/B (`lptrain-cluster --nodes 4 --link 200mbit -- lptrain-bench --op allreduce "
             "-b 4M -e 4M --algo lp -n 1 --trials 9`, the median of 9 calls) and single calls 2.25 to 2.48 (median "
-            "2.34 of 12): the row was at the top of the spread, and the rest, about -11% against the model's 2.08, "
+            "2.34 of 12; both runs past lptrain-cluster's fidelity check at their start): the row was at the top of "
+            "the spread, and the rest, about -11% against the model's 2.08, "
             "repeats. The overlapped chain sends the reduce's and the broadcast's blocks through every port at "
             "once, one flow each way; what the model leaves out there is not found."
         )
