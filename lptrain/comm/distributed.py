@@ -345,7 +345,7 @@ class DistributedCommunicator:
             self._programs[key] = rank_program(schedule, self.rank, segment)
         return self._programs[key]
 
-    def segment_elements(self, count: int, itemsize: int, op: str = "allreduce") -> int:
+    def segment_elements(self, count: int, itemsize: int, op: str) -> int:
         """Elements per message of ``op``: the option, or the automatic rule under the op's
         message rule (the same on every rank)."""
         rule = self.message_rule.get(op, "link")
