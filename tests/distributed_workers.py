@@ -309,7 +309,7 @@ def link_rules(rank: int, world: int, store: str, out: str) -> None:
             comm.allreduce(t)
             assert torch.equal(t, torch.full((count,), float(world * (world + 1) // 2))), f"{name} on a {speed} link"
             prof = comm.profile
-            counts[f"{name} {speed}"] = [prof.messages, prof.waits, prof.paced, prof.calls]
+            counts[f"{name} {speed}"] = [prof.messages, prof.waits, prof.paced, prof.calls, prof.staged_copies]
             if name == "be":  # its broadcast keeps the link's messages where its allreduce takes the share
                 before = prof.messages
                 comm.broadcast(t, 0)

@@ -11,8 +11,10 @@ receives are cut into segments and run as soon as their own inputs are ready:
   waiting; a reducing receive lands in a persistent staging slot, reused from call to
   call, and is added the moment it is waited for, while later segments are in flight;
 * a copying receive lands straight in its destination when nothing earlier still
-  reads or writes those elements, and in a staging slot (one copy more) when something
-  does, rather than being posted late;
+  reads or writes those elements; when something does, on a slow link it lands in a
+  staging slot (one copy more) rather than being posted late, and on a fast link, where
+  the CPU sets the time and that copy is not hidden behind a transfer, it is posted late,
+  in place (``stage_ahead``);
 * receives are posted before sends: at the start of a call and before every send the
   window of receives is filled first.
 
@@ -102,6 +104,7 @@ class Profile:
     messages: int = 0  # sends issued and receives posted
     waits: int = 0  # handles waited for (each one a hand-off to the transport's thread and back)
     paced: int = 0  # sends held back until the port would have drained (slow links)
+    staged_copies: int = 0  # copying receives landed in a staging slot (one memory copy more each)
     total_s: float = 0.0
     wait_s: float = 0.0
     post_s: float = 0.0
@@ -116,7 +119,7 @@ class Profile:
             f"{self.total_s * per:.1f} ms per call: waiting {self.wait_s * per:.1f} ms, posting "
             f"{self.post_s * per:.1f} ms, applying {self.apply_s * per:.1f} ms, the rest {rest * per:.1f} ms "
             f"({self.messages / self.calls:.0f} messages, {self.waits / self.calls:.0f} waits, "
-            f"{self.paced / self.calls:.0f} paced sends)"
+            f"{self.paced / self.calls:.0f} paced sends, {self.staged_copies / self.calls:.0f} copies staged)"
         )
 
 
@@ -152,7 +155,7 @@ class _Call:
         self.num_steps, self.on_step, self.profile = num_steps, on_step, profile
         self.step = -1  # the step under way, for on_step
         self.waited = self.posting = self.applied = 0.0
-        self.waits = self.paced = 0
+        self.waits = self.paced = self.staged_copies = 0
 
     def begin(self, a: Action) -> None:
         """Tell ``on_step`` when ``a`` starts a new step."""
@@ -192,6 +195,7 @@ class _Call:
         incoming = slot[: (a.stop - a.start) * self.size].view(self.work.dtype)
         if a.kind is Kind.COPY:
             self.work[a.start : a.stop].copy_(incoming)
+            self.staged_copies += 1
         else:
             self.work[a.start : a.stop].add_(incoming)
         self.applied += self.clock() - t0
@@ -209,6 +213,7 @@ class _Call:
         self.profile.apply_s += self.applied
         self.profile.waits += self.waits
         self.profile.paced += self.paced
+        self.profile.staged_copies += self.staged_copies
 
 
 @dataclass(slots=True)
@@ -236,9 +241,11 @@ class Dataflow:
         window: int,
         policy: IssuePolicy,
         drain_bytes_per_s: float = 0.0,
+        stage_ahead: bool = True,
     ) -> None:
         self.program, self.call, self.policy = program, call, policy
         self.isend, self.irecv, self.window = isend, irecv, window
+        self.stage_ahead = stage_ahead
         self.posted: deque[_Posted] = deque()
         self.sending: dict[int, tuple[Action, object]] = {}
         self.lookahead = 0
@@ -306,7 +313,10 @@ class Dataflow:
             if not a.send:
                 if not self.policy.may_post(a, (p.action for p in self.posted)):
                     return  # under ``steps``, not before the earlier steps' receives are in
-                self.post_receive(a, a.in_place and self.can_post_in_place(a, cursor + 1))
+                in_place = a.in_place and self.can_post_in_place(a, cursor + 1)
+                if a.in_place and not in_place and not self.stage_ahead:
+                    return  # posted in place when its turn comes (``post_late``), not staged now
+                self.post_receive(a, in_place)
             self.lookahead += 1
 
     # -- sends ------------------------------------------------------------------------
@@ -366,6 +376,7 @@ def run_program(
     profile: Profile | None = None,
     order: str = "eager",
     drain_bytes_per_s: float = 0.0,
+    stage_ahead: bool = True,
 ) -> None:
     """Run ``program`` on this rank's flat ``work`` tensor (see the module docstring).
 
@@ -374,13 +385,26 @@ def run_program(
     link is long before they have crossed it, so waiting for the handle alone would let a
     later step's sends split the port with the earlier step's bytes still queued. A send to
     another peer therefore also waits until the earlier steps' bytes would have left at
-    that rate: the port is modelled as one queue, each send's bytes joining it when issued."""
+    that rate: the port is modelled as one queue, each send's bytes joining it when issued.
+
+    ``stage_ahead`` (the default; the executor's choice on a slow link) posts a copying
+    receive ahead even where it cannot land in place yet, into a staging slot, so that its
+    notice reaches the peer before this rank's next sends (module docstring). Off (a fast
+    link, where the CPU sets the time), the look-ahead stops at such a receive, which is
+    posted in place when its turn comes: no copy out of a staging slot."""
     policy = issue_policy(order)
     call = _Call(
         work, wait=wait, pool=pool, segment_bytes=segment_bytes, num_steps=num_steps, on_step=on_step, profile=profile
     )
     Dataflow(
-        program, call, isend=isend, irecv=irecv, window=window, policy=policy, drain_bytes_per_s=drain_bytes_per_s
+        program,
+        call,
+        isend=isend,
+        irecv=irecv,
+        window=window,
+        policy=policy,
+        drain_bytes_per_s=drain_bytes_per_s,
+        stage_ahead=stage_ahead,
     ).run()
 
 

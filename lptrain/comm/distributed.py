@@ -41,7 +41,7 @@ from lptrain.comm.checks import HALF_DTYPES, SUPPORTED_DTYPES, backend_dtypes, c
 from lptrain.comm.dataflow import Action, Profile, StagingPool, rank_program, run_batched_steps, run_program
 from lptrain.comm.errors import CollectiveInputError
 from lptrain.comm.program import auto_segment_bytes as program_segment_bytes
-from lptrain.comm.program import pacing_rate
+from lptrain.comm.program import fast_link, pacing_rate
 from lptrain.comm.protocol import Tensors, wants
 from lptrain.comm.schedule import Schedule
 from lptrain.comm.sizes import parse_size
@@ -387,6 +387,7 @@ class DistributedCommunicator:
             window=self.window,
             order=self.issue_order if isinstance(self.issue_order, str) else self.issue_order.get(schedule.op, "eager"),
             drain_bytes_per_s=pacing_rate(link_rate(self.link)),
+            stage_ahead=not fast_link(link_rate(self.link)),
             **common,
         )
 

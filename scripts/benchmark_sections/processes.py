@@ -186,6 +186,18 @@ def render(r: dict) -> list[str]:
         "overlaps the next transfer), so the 4 MiB bound stays."
     )
     reading.append(
+        "- Cause found on 2026-12-06, fixed: the ring's allgather landed every share in a staging slot and copied it "
+        "out, one 4 MiB memory pass more per step: the receives, posted ahead of the sends so that gloo's notice "
+        "goes before them (slow links), could not land in place while the reduce-scatter's send of the same "
+        "elements was still in flight. On a link measured fast the executor now posts such a receive when its "
+        "turn comes, in place (`stage_ahead` in `lptrain.comm.dataflow`; the profile counts copies staged: 3 per "
+        "call at 16M with 4 processes before, 0 now). `scripts/profile_dist.py --algo ring` with 4 processes, "
+        "before (27d2ca8) and after, one run each: applying took 4.1 then 1.9 ms per call at 16M and 32.8 then "
+        "10.3 ms at 64M (rank 0), and the ring ran at 0.87x then 0.90x gloo's speed at 16M, 0.93x then 0.98x at "
+        "64M (its CPU time over all ranks 1.11x gloo's at 64M before, 1.03x after). The table above was 0.92x and "
+        "0.89x (4 processes, 16M and 64M) in the run of 2026-12-05 before the change."
+    )
+    reading.append(
         "- On loopback every link is the same memory bus and, with 4 processes, the ranks take turns on the 2 cores: "
         "LP's advantage (every link of its chain busy at once) cannot show here. These figures rank the executors' "
         "overheads (lptrain's schedules as gloo point-to-point messages driven from Python, gloo's allreduce in C++); "
