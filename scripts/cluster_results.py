@@ -334,7 +334,17 @@ def _misses(s: dict) -> list[str]:
             "2.34 of 12; both runs past lptrain-cluster's fidelity check at their start): the row was at the top of "
             "the spread, and the rest, about -11% against the model's 2.08, "
             "repeats. The overlapped chain sends the reduce's and the broadcast's blocks through every port at "
-            "once, one flow each way; what the model leaves out there is not found."
+            "once, one flow each way. Where the time goes (2026-12-06, P = 4, 4 MiB, 128 KiB blocks, 37 steps): "
+            "timed step by step on each rank, the steps where both flows run take 10 to 11 ms, what the model gives "
+            "(two blocks through a port at 25 MB/s), and the excess is in the steps where the broadcast's first "
+            "blocks join the reduce's flow (16 to 21 ms each on the middle ranks). Fewer receives posted ahead cut it: "
+            "`--window 4`, `8` and `16` took 2.20 and 2.22 (two runs), 2.29 and 2.36 n/B, `--window 2` 2.32 (one run "
+            "each, the command above with `--trials 7`). With 16 ahead the reduce's head runs 2 MiB ahead, about "
+            "80 ms of a port, and the guess, not verified, is that those bytes queue in the shaped port's FIFO ahead "
+            "of the broadcast's blocks, which the model's fair shares do not queue. Not the receives' notices "
+            "queueing behind a connection's own data: with each direction of a pair on its own gloo connection "
+            "(a second group) the allreduce took 2.29 n/B against 2.32 in the same run. The measurement is right; "
+            "the model leaves out the port's queue."
         )
     if rest:
         cases = ", ".join(f"{r['algo']} {r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])}" for r in rest)
