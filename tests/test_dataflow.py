@@ -172,17 +172,22 @@ def test_dataflow_equals_lockstep_bitwise(algo, op, p, segment, window, lazy):
             assert torch.allclose(got[r].double(), expected, atol=1e-4), f"{algo} {op}: not the plain result"
 
 
+def _case(algo: str, op: str, p: int, count: int, seed: int) -> tuple[Schedule, list[torch.Tensor], list[torch.Tensor]]:
+    """A schedule (its root from the count), random inputs and the lock-step result."""
+    root = (count + p) % p if op != "allreduce" else None
+    schedule = build(algo, op, p, count, root)
+    g = torch.Generator().manual_seed(seed)
+    inputs = [torch.randn(count, generator=g, dtype=torch.float64).float() for _ in range(p)]
+    return schedule, inputs, lockstep(schedule, inputs)
+
+
 @pytest.mark.parametrize("order", ["ports", "steps"])
 @pytest.mark.parametrize("p", [3, 4, 8])
 @pytest.mark.parametrize("algo, op", CASES)
 def test_every_issue_order_gives_the_lockstep_result_bitwise(algo, op, p, order):
     """Waiting for earlier steps (ports, steps) changes when messages go, never what is added."""
     for count, segment, window in ((7, 1, 2), (61, 3, 16), (61, 1000, 4)):
-        root = (count + p) % p if op != "allreduce" else None
-        schedule = build(algo, op, p, count, root)
-        g = torch.Generator().manual_seed(count * 17 + p)
-        inputs = [torch.randn(count, generator=g, dtype=torch.float64).float() for _ in range(p)]
-        want = lockstep(schedule, inputs)
+        schedule, inputs, want = _case(algo, op, p, count, seed=count * 17 + p)
         for lazy in (False, True):
             got = run_dataflow(schedule, inputs, segment, window, lazy, order=order)
             assert all(torch.equal(a, b) for a, b in zip(got, want)), f"{algo} {op} P={p} {order} count={count}"
@@ -201,11 +206,7 @@ def test_without_staging_ahead_copies_land_in_place_and_the_result_is_the_lockst
     module = MODULES["lp" if algo == "lp-rb" else algo]
     order = module.ISSUE_ORDER[op]
     for count, segment, window in ((7, 1, 2), (61, 3, 16), (61, 1000, 4)):
-        root = (count + p) % p if op != "allreduce" else None
-        schedule = build(algo, op, p, count, root)
-        g = torch.Generator().manual_seed(count * 13 + p)
-        inputs = [torch.randn(count, generator=g, dtype=torch.float64).float() for _ in range(p)]
-        want = lockstep(schedule, inputs)
+        schedule, inputs, want = _case(algo, op, p, count, seed=count * 13 + p)
         for lazy in (False, True):
             profiles = [Profile() for _ in range(p)]
             got = run_dataflow(schedule, inputs, segment, window, lazy, profiles, order=order, stage_ahead=False)
