@@ -90,6 +90,7 @@ def test_rates_read_as_tc_writes_them():
         (["--link-down", "2@soon", "--", "true"], "--link-down takes NODE@SECONDS"),
         (["--timeout", "0", "--", "true"], "--timeout must be a positive number"),
         (["--stop-grace", "nan", "--", "true"], "--stop-grace must be a number of seconds"),
+        (["--congestion", "no_such_cc", "--", "true"], "--congestion no_such_cc: a namespace may choose only"),
         ([], "give the command to run after --"),
         (["--", "no-such-program-anywhere"], "command 'no-such-program-anywhere' was not found"),
     ],

@@ -19,7 +19,7 @@ import pytest
 from lptrain.cluster import cli, fidelity
 from lptrain.cluster.fidelity import Fidelity, FlowRate, check_flows, uplink_flows, uplink_loads
 from lptrain.cluster.launch import Outcome
-from lptrain.cluster.netns import list_namespaces
+from lptrain.cluster.netns import allowed_congestion, list_namespaces
 from lptrain.cluster.plan import (
     ACK_BYTES,
     GSO_BYTES,
@@ -432,3 +432,13 @@ def test_the_real_check_on_three_nodes_in_interleaved_racks(tmp_path):
     for flow in record["flows"]:
         assert 0.9 <= flow["ratio"] <= 1.02, flow
     assert not [n for n in list_namespaces() if n.startswith(f"lpc{proc.pid}-")]
+
+
+@needs_namespaces
+@pytest.mark.skipif("reno" not in (allowed_congestion() or []), reason="the kernel lets no namespace choose reno")
+def test_the_congestion_control_asked_for_is_the_one_every_node_gets(tmp_path):
+    proc = subprocess.run([*CLUSTER, "--nodes", "2", "--congestion", "reno", "--fidelity-only", "--fidelity-window",
+                           "0.3", "--logs", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "TCP reno in every namespace" in proc.stderr.splitlines()[0], proc.stderr
+    assert "TCP reno in every namespace" in (tmp_path / "cluster.txt").read_text()

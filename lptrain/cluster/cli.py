@@ -41,6 +41,7 @@ from lptrain.cluster.launch import STOP_GRACE_S, Launch, LinkDown, Stop, run_on_
 from lptrain.cluster.netns import (
     Cluster,
     ClusterError,
+    allowed_congestion,
     can_unshare_user,
     congestion_control,
     has_net_admin,
@@ -104,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PLACEMENTS,
         default="contiguous",
         help="with --layout racks: consecutive nodes in a rack (default), or node i in rack i %% racks",
+    )
+    parser.add_argument(
+        "--congestion",
+        metavar="NAME",
+        help="TCP's congestion control in every node (default bbr where the kernel allows it, else the host's; "
+        "the choice is the kernel's net.ipv4.tcp_allowed_congestion_control)",
     )
     parser.add_argument("--slow", action="append", default=[], metavar="NODE=RATE", help="one node's own port rate")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")
@@ -215,6 +222,14 @@ def _validated(args: argparse.Namespace) -> tuple[ClusterSpec, list[str], LinkDo
         raise ClusterSpecError(f"--grace must be a number of seconds, at least 0, got {args.grace}")
     if not args.stop_grace >= 0:
         raise ClusterSpecError(f"--stop-grace must be a number of seconds, at least 0, got {args.stop_grace}")
+    if args.congestion is not None:
+        allowed = allowed_congestion()
+        if allowed is None or args.congestion not in allowed:
+            choices = ", ".join(allowed) if allowed else "none could be read"
+            raise ClusterSpecError(
+                f"--congestion {args.congestion}: a namespace may choose only what the kernel allows "
+                f"(net.ipv4.tcp_allowed_congestion_control: {choices})"
+            )
     return spec, command, link_down
 
 
@@ -316,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
         log_dir.mkdir(parents=True, exist_ok=args.logs is not None)
     except OSError as err:
         _fail(f"cannot make the log folder {log_dir}: {err.strerror or err}")
-    plan = build_plan(spec, f"lpc{os.getpid()}", congestion_control())
+    plan = build_plan(spec, f"lpc{os.getpid()}", args.congestion or congestion_control())
     if os.environ.get(IN_USERNS):
         _private_mounts(plan)
     launch = Launch(

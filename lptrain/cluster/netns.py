@@ -75,11 +75,17 @@ def congestion_control(wanted: str = CONGESTION_CONTROL) -> str | None:
     default they inherit from the host's, and cluster.txt says so. (Outside the host's own
     namespace the kernel lets a namespace choose only what
     ``net.ipv4.tcp_allowed_congestion_control`` lists.)"""
+    available = allowed_congestion()
+    return wanted if available is not None and wanted in available else None
+
+
+def allowed_congestion() -> list[str] | None:
+    """The congestion controls a namespace other than the host's may choose
+    (``net.ipv4.tcp_allowed_congestion_control``); None where that cannot be read."""
     try:
-        available = ALLOWED_CONGESTION.read_text().split()
+        return ALLOWED_CONGESTION.read_text().split()
     except OSError:
         return None
-    return wanted if wanted in available else None
 
 
 def run_ip(argv: Sequence[str]) -> None:

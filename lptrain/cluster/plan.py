@@ -46,9 +46,20 @@ benchmark's, 8 nodes at 200 Mbit/s on a 2-core host.
   its root, gloo's own collectives) queue rather than drop: a drop can cost a
   retransmission timeout of 200 ms, which no real port adds.
 * TCP's congestion control is ``bbr`` in every namespace (``CONGESTION_CONTROL``) where
-  the kernel allows it: it paces at the rate it measures and keeps queues short, where a
-  loss-based one fills the FIFO (50 ms of queueing for every other flow on the port) and
-  learns the rate only by dropping.
+  the kernel allows it, or what ``lptrain-cluster --congestion`` names: bbr paces at the
+  rate it measures and keeps queues short, where a loss-based one fills the FIFO (50 ms of
+  queueing for every other flow on the port) and learns the rate only by dropping. The
+  choice moves LP's chain: over 16 nodes at 200 Mbit/s (2026-12-06, 2-core host, two rounds
+  of `lptrain-bench --op all -b 4M -e 16M -f 4 --algo lp,ring,be,nccl`, bbr and reno
+  alternating) LP's broadcast took 1.15 n/B at 16 MiB under bbr and 1.05 under reno, its
+  reduce 1.17 and 1.07 (4 MiB: 1.17 and 1.12, 1.23 and 1.09), while the ring and gloo's own
+  allreduce read the same under both and LP's overlapped allreduce lost under reno at 16 MiB
+  (2.24 against 2.43 n/B). Every link of a chain is busy at once and each waits for the
+  last, so whatever holds one flow back holds all of them; reno kept more in flight (node 5's
+  data connection: a window of 65 packets against bbr's 36 to 44, ``ss -ti`` during the
+  run; both saw a minimum RTT of 10 us, the shaper passing a packet at once), which is the
+  likely difference, not verified further. bbr stays the default: the documents' tables
+  are measured under it, and no one choice was faster for every schedule.
 * ACKs first. On real cables every packet's serialization makes the minimum RTT
   milliseconds, and BBR's window (twice the rate times that RTT) covers the time a flow's
   ACKs wait behind the other direction's data. Here the bucket lets a packet through at
