@@ -62,6 +62,7 @@ def _star_section(data: dict) -> list[str]:
             held = "within 1.10 at every P" if not above else f"above 1.10 at P = {', '.join(map(str, above))}"
             lines.append(f"- LP {op} at {tb.size_label(size)}: {lo:.2f} to {hi:.2f} n/B over P = {nodes[0]} to "
                          f"{nodes[-1]}, {held} (BE {blo:.2f} to {bhi:.2f}).")  # fmt: skip
+    lines += _rate_lines(data)
     auto = tb.auto_against_gloo(data)
     if auto:
         ratio, worst = auto
@@ -70,6 +71,32 @@ def _star_section(data: dict) -> list[str]:
             f"{tb.size_label(worst['size'])}, auto ran {tb.chose(worst)})."
         )
     return [*lines, ""]
+
+
+def _rate_lines(data: dict) -> list[str]:
+    """LP's broadcast and reduce at the largest P measured at both rates (the rates part): n/B
+    at each, and how much of the excess over 1 n/B stayed at half the rate. A cost fixed in
+    seconds (the fill's hops, each waiting for its process to get a core) halves in n/B when
+    the rate halves; what stays scales with the transfer."""
+    pairs = [(r, a, b) for r, a, b in tb.rate_pairs(data) if r["algo"] == "lp" and r["op"] != "allreduce"]
+    if not pairs or not any(r["link"] == data["conditions"]["link"] for r in data["rates"]):
+        return []  # only rows measured at both rates in one run tell a fixed cost from noise
+    top = max(r["nodes"] for r, _, _ in pairs)
+    first, half = data["conditions"]["link"], tb.rate_words(pairs[0][0]["link"])
+    at_top = sorted((x for x in pairs if x[0]["nodes"] == top), key=lambda x: (x[0]["size"], x[0]["op"]))
+    cells = "; ".join(f"{r['op']} at {tb.size_label(r['size'])} {a:.2f} and {b:.2f} n/B" for r, a, b in at_top)
+    stayed = [(b - 1) / (a - 1) for _, a, b in at_top if a > 1.02]
+    if not stayed:
+        return [f"- LP at P = {top} at {first} and at {half}, one after the other in one run: {cells}."]
+    most = sum(1 for share in stayed if share >= 0.5)
+    return [
+        f"- LP at P = {top} at {first} and at {half}, one after the other in one run "
+        f"(`python scripts/cluster_results.py --only rates`): {cells}. Of the excess over 1 n/B, "
+        f"{min(stayed):.0%} to {max(stayed):.0%} stayed at half the rate ({most} of {len(stayed)} rows more than "
+        "half): a cost fixed in seconds, such as the fill's hops waiting for the host's cores, halves in n/B with "
+        "the rate, so what stays is in the transfer itself, which TCP's congestion control sets on these links "
+        "(docs/distributed.md, `lptrain-cluster --congestion`)."
+    ]
 
 
 def _fidelity_lines(data: dict) -> list[str]:

@@ -183,20 +183,50 @@ def test_the_ring_is_held_to_two_p_minus_one_over_p_for_every_op():
     assert [(r["op"], round(x, 3)) for x, r in ratios] == [("reduce", 1.1), ("broadcast", 1.0), ("allreduce", 1.0)]
 
 
+def _at(rate: str, op: str, algo: str, p: int, n_over_b: float) -> dict:
+    """A row of the rates part: ``n_over_b`` times n/B at its own ``rate``."""
+    bytes_per_s = {"200mbit": 25e6, "100000kbit": 12.5e6}[rate]
+    return _row(op, algo, p, time_us=n_over_b * (1 << 20) / bytes_per_s * 1e6, link=rate, link_bytes_per_s=bytes_per_s)
+
+
 def test_the_second_rate_table_puts_each_algorithms_n_over_b_at_both_rates_side_by_side():
     assert ex.half_rate("200mbit") == "100000kbit"
-    fast = (1 << 20) / 25e6 * 1e6  # n/B at 200mbit, in us
-    data = _data([_row("broadcast", "lp", 8, time_us=1.05 * fast), _row("broadcast", "ring", 8, time_us=1.75 * fast)])
+    data = _data([_row("broadcast", "lp", 16, time_us=9.0 * (1 << 20) / 25e6 * 1e6)])  # the star's: not used
     data["rates"] = [
-        _row("broadcast", "lp", 8, time_us=2 * 1.10 * fast, link="100000kbit", link_bytes_per_s=12.5e6),
-        _row("broadcast", "ring", 8, time_us=2 * 1.75 * fast, link="100000kbit", link_bytes_per_s=12.5e6),
+        _at("200mbit", "broadcast", "lp", 16, 1.20),
+        _at("100000kbit", "broadcast", "lp", 16, 1.10),
+        _at("200mbit", "broadcast", "ring", 16, 1.75),
+        _at("100000kbit", "broadcast", "ring", 16, 1.75),
+        _at("100000kbit", "reduce", "ring", 16, 1.80),  # no partner at the first rate: left out
     ]
-    lines = tb.rates_table(data, 1 << 20)
-    assert lines[0] == "| op | algo | n/B at 200mbit | n/B at 100mbit | ratio |", lines
-    assert "| broadcast | lp | 1.05 | 1.10 | 1.05 |" in lines, lines
-    assert "| broadcast | ring | 1.75 | 1.75 | 1.00 |" in lines, lines
-    assert tb.rates_spread(data, 1 << 20) == pytest.approx((1.0, 1.05))
-    assert tb.rates_table(_data([]), 1 << 20) == []  # not measured: no table
+    lines = tb.rates_table(data)
+    assert lines[0] == "| P | size | op | lp | mst | be | ring | gloo's own |", lines
+    assert lines[2:] == ["| 16 | 1 MiB | broadcast | 1.20 / 1.10 | - | - | 1.75 / 1.75 | - |"], lines
+    assert tb.rates_spread(data) == pytest.approx((1.10 / 1.20, 1.0))
+    assert tb.rates_table(_data([])) == []  # not measured: no table
+
+
+def test_a_record_with_only_the_second_rate_pairs_it_with_the_stars_own_rows():
+    fast = (1 << 20) / 25e6 * 1e6  # n/B at 200mbit, in us
+    data = _data([_row("broadcast", "lp", 8, time_us=1.05 * fast)])
+    data["rates"] = [_at("100000kbit", "broadcast", "lp", 8, 1.10)]
+    assert tb.rates_table(data)[2:] == ["| 8 | 1 MiB | broadcast | 1.05 / 1.10 | - | - | - | - |"]
+
+
+def test_the_rows_that_moved_between_the_rates_are_listed_farthest_first():
+    data = _data([])
+    data["rates"] = [
+        _at("200mbit", "reduce", "lp", 16, 1.20),
+        _at("100000kbit", "reduce", "lp", 16, 1.10),  # 8% fewer n/B at half the rate
+        _at("200mbit", "reduce", "ring", 16, 1.90),
+        _at("100000kbit", "reduce", "ring", 16, 2.40),  # 26% more
+        _at("200mbit", "reduce", "be", 16, 2.00),
+        _at("100000kbit", "reduce", "be", 16, 2.04),  # within 5%
+    ]
+    assert [(r["algo"], a, b) for r, a, b in tb.rate_moved(data)] == [
+        ("ring", pytest.approx(1.90), pytest.approx(2.40)),
+        ("lp", pytest.approx(1.20), pytest.approx(1.10)),
+    ]
 
 
 def test_the_words_on_the_misses_come_from_the_rows_that_tell_them_apart():

@@ -187,18 +187,9 @@ def render(data: dict) -> list[str]:
         "picks the ring.",
         "",
     ]
-    second = tb.rates_table(data, ex.BIG)
+    second = tb.rates_table(data)
     if second:
-        lo, hi = tb.rates_spread(data, ex.BIG)
-        half = data["rates"][0]
-        lines += [
-            f"The same star at P = {half['nodes']} at half the rate ({tb.rate_words(half['link'])}; "
-            f"{tb.size_label(ex.BIG)}, `python scripts/cluster_results.py --only rates`): where the link sets the "
-            f"times, their multiples of n/B do not depend on the rate. The ratios run from {lo:.2f} to {hi:.2f}:",
-            "",
-            *second,
-            "",
-        ]
+        lines += rates_lines(data, second)
     if tb.layouts(data):
         lines += [
             "Racks joined by thin uplinks (allreduce, 16 MiB; each rack's uplink carries the stated share of a port "
@@ -214,6 +205,36 @@ def render(data: dict) -> list[str]:
             "the wall clock of the training steps:",
             "",
             *tb.ddp_table(data),
+        ]
+    return lines
+
+
+def rates_lines(data: dict, second: list[str]) -> list[str]:
+    """The star at both rates: the table, the spread of the ratios, and the rows that moved."""
+    lo, hi = tb.rates_spread(data)
+    pairs = tb.rate_pairs(data)
+    nodes = " and ".join(str(p) for p in sorted({r["nodes"] for r, _, _ in pairs}))
+    first, half = data["conditions"]["link"], tb.rate_words(pairs[0][0]["link"])
+    together = any(r["link"] == first for r in data["rates"])
+    compared = [x for x in pairs if x[0]["algo"] != "auto"]
+    within = len(compared) - len(tb.rate_moved(data))
+    lines = [
+        f"The same star at P = {nodes} at {first} and at half the rate, {half} (cells: n/B at {first} / at {half}; "
+        + ("both rates measured one after the other in one run, " if together else "")
+        + "`python scripts/cluster_results.py --only rates`): where the link sets the times, their multiples of n/B "
+        f"do not depend on the rate. {within} of {len(compared)} rows are within 5% at both rates; the ratios run "
+        f"from {lo:.2f} to {hi:.2f}:",
+        "",
+        *second,
+        "",
+    ]
+    moved = tb.rate_moved(data)
+    if moved:
+        rows = "; ".join(f"{tb._column(r['algo'])} {r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])} "
+                         f"({a:.2f} and {b:.2f})" for r, a, b in moved)  # fmt: skip
+        lines += [
+            f"- Rows more than 5% apart between the rates, the farthest first (each a median of two trials): {rows}.",
+            "",
         ]
     return lines
 

@@ -238,8 +238,10 @@ def ddp_on_cluster(nodes: int, link: str, layout: Layout, steps: int, repeats: i
 # most of a step (the host computes GoogLeNet far slower than the GPUs it stands in for).
 DDP_RUNS = ((8, Layout(2, "1/2"), None), (4, STAR, None), (8, Layout(2, "1/2"), "50mbit"))
 # The same star at a second rate: times in n/B must not depend on the rate where the link, not
-# the host, sets them. P = 8 at half the experiment's rate, the large message only.
-RATE_NODES = 8
+# the host, sets them. Both rates are measured in one run, one after the other, at P = 8 and at
+# P = 16, where every hop of a pipeline's fill waits for 16 processes on the host's few cores: a
+# cost fixed in seconds, which halving the rate halves in n/B.
+RATE_NODES = (8, 16)
 PARTS = ("bench", "racks", "ddp", "train", "auto", "rates")
 
 
@@ -300,6 +302,18 @@ def half_rate(link: str) -> str:
     return f"{parse_rate(link) // 2000}kbit"
 
 
+def measure_rates(data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, say, save) -> None:
+    """The star at ``RATE_NODES`` at ``link`` and at half of it, one after the other, into
+    ``data["rates"]`` (each row with its rate), saved after each run."""
+    data["rates"] = []
+    for p in RATE_NODES:
+        for rate in (link, half_rate(link)):
+            say(f"benchmark on {p} nodes at {rate} ({'half the rate' if rate != link else 'the rate'}) ...")
+            rows = bench_on_cluster(p, rate, sizes, trials, work)
+            data["rates"] += [dict(row, link=rate, link_bytes_per_s=parse_rate(rate) / 8) for row in rows]
+            save(data)
+
+
 def measure(
     nodes: list[int],
     link: str,
@@ -318,7 +332,7 @@ def measure(
 ) -> dict:
     """Run the parts named in ``only`` (bench: the star; racks: the thin-uplink grid; ddp:
     real training, DDP and the trainer; train: the paper's iteration; auto: comm=auto tuned
-    on 4 nodes; rates: the star at P = 8 at half the rate) and keep the others from
+    on 4 nodes; rates: the star at P = 8 and 16 at the rate and at half of it) and keep the others from
     ``previous``; ``save`` is called after each measurement, so a failure later loses nothing.
     ``algos`` and ``ops`` narrow the star to those rows (an executor's change to one
     algorithm's op): only they are measured again, and the part's stamp says so."""
@@ -369,11 +383,7 @@ def measure(
             save(data)
         measured("ddp")
     if "rates" in only:
-        rate = half_rate(link)
-        say(f"benchmark on {RATE_NODES} nodes at {rate}, half the rate ...")
-        big = sizes[-1]
-        rows = bench_on_cluster(RATE_NODES, rate, (big, big), trials, work)
-        data["rates"] = [dict(row, link=rate, link_bytes_per_s=parse_rate(rate) / 8) for row in rows]
+        measure_rates(data, link, sizes, trials, work, say, save)
         measured("rates")
     if "auto" in only:
         say("comm=auto tuned on 4 nodes, then timed beside the fixed algorithms ...")

@@ -133,25 +133,40 @@ def time_vs_p_table(data: dict, op: str, size: int) -> list[str]:
     return table(["P", *map(_column, TABLE_ALGOS), "auto ran", "auto / gloo"], body)
 
 
-def rates_table(data: dict, size: int) -> list[str]:
-    """The star at ``RATE_NODES`` at the experiment's rate and at the second rate
-    (``data["rates"]``), each algorithm's n/B side by side and their ratio: where the link
-    sets the times, the same multiple of n/B at either rate."""
-    second = data.get("rates") or []
-    if not second:
+def rate_pairs(data: dict) -> list[tuple[dict, float, float]]:
+    """Each star row measured at both rates (``data["rates"]``, the experiment's rate and half
+    of it, one after the other in one run): the row at the second rate and its n/B at each.
+    A record from before both rates were measured together holds only the second rate's rows:
+    their first is the star's own row."""
+    rates = data.get("rates") or []
+    link = data["conditions"]["link"]
+    first_rows = [r for r in rates if r["link"] == link] or list(rows_of(data))
+
+    def key(r: dict) -> tuple:
+        return r["nodes"], r["size"], r["op"], r["algo"]
+
+    def multiple(r: dict) -> float:  # n/B at the row's own nominal rate (a star row's is the experiment's)
+        nominal = parse_rate(r["link"]) / 8 if "link" in r else data["conditions"]["link_bytes_per_s"]
+        return r["time_us"] / 1e6 / (r["size"] / nominal)
+
+    first = {key(r): multiple(r) for r in first_rows}
+    return [(r, first[key(r)], multiple(r)) for r in rates if r["link"] != link and key(r) in first]
+
+
+def rates_table(data: dict) -> list[str]:
+    """The star at ``RATE_NODES`` at both rates: each algorithm's n/B at the first and at the
+    second side by side, a row per node count, size and op; where the link sets the times,
+    the same multiple of n/B at either rate."""
+    pairs = [(r, a, b) for r, a, b in rate_pairs(data) if r["algo"] != "auto"]
+    if not pairs:
         return []
-    p = second[0]["nodes"]
-    first = {(r["op"], r["algo"]): n_over_b(r) for r in rows_of(data) if r["nodes"] == p and r["size"] == size}
-    slow = {(r["op"], r["algo"]): r["time_us"] / 1e6 / (r["size"] / r["link_bytes_per_s"]) for r in second
-            if r["size"] == size}  # fmt: skip
-    body = []
-    for op in OPS:
-        for algo in TABLE_ALGOS:
-            if algo != "auto" and (op, algo) in first and (op, algo) in slow:
-                a, b = first[(op, algo)], slow[(op, algo)]
-                body.append([op, _column(algo), f"{a:.2f}", f"{b:.2f}", f"{b / a:.2f}"])
-    links = (data["conditions"]["link"], rate_words(second[0]["link"]))
-    return table(["op", "algo", f"n/B at {links[0]}", f"n/B at {links[1]}", "ratio"], body)
+    cells: dict[tuple, dict[str, str]] = {}
+    for r, a, b in pairs:
+        cells.setdefault((r["nodes"], r["size"], r["op"]), {})[r["algo"]] = f"{a:.2f} / {b:.2f}"
+    algos = [a for a in TABLE_ALGOS if a != "auto"]
+    order = sorted(cells, key=lambda k: (k[0], k[1], OPS.index(k[2])))
+    body = [[str(p), size_label(size), op, *(cells[p, size, op].get(a, "-") for a in algos)] for p, size, op in order]
+    return table(["P", "size", "op", *map(_column, algos)], body)
 
 
 def rate_words(link: str) -> str:
@@ -159,10 +174,17 @@ def rate_words(link: str) -> str:
     return format_rate(parse_rate(link))
 
 
-def rates_spread(data: dict, size: int) -> tuple[float, float] | None:
+def rates_spread(data: dict) -> tuple[float, float] | None:
     """The lowest and highest ratio of n/B at the second rate over the first (None: not measured)."""
-    ratios = [float(line.split("|")[5]) for line in rates_table(data, size)[2:]]
+    ratios = [b / a for r, a, b in rate_pairs(data) if r["algo"] != "auto"]
     return (min(ratios), max(ratios)) if ratios else None
+
+
+def rate_moved(data: dict, tolerance: float = 0.05) -> list[tuple[dict, float, float]]:
+    """The rows (comm=auto's aside) whose n/B at the second rate differs from the first's by
+    more than ``tolerance`` either way: each with both multiples, the farthest first."""
+    moved = [(r, a, b) for r, a, b in rate_pairs(data) if r["algo"] != "auto" and abs(b / a - 1) > tolerance]
+    return sorted(moved, key=lambda x: -abs(x[2] / x[1] - 1))
 
 
 def span(data: dict, algo: str, op: str, size: int) -> tuple[float, float, list[int]]:
@@ -384,7 +406,7 @@ def describe(data: dict) -> str:
 PART_NAMES = {
     "bench": "the star",
     "racks": "the racks",
-    "rates": "the star at half the rate",
+    "rates": "the star at P = 8 and 16 at two rates",
     "auto": "auto's tuning",
     "ddp": "the training runs",
     "train": "the paper's iteration",
