@@ -217,7 +217,8 @@ def rates_lines(data: dict, second: list[str]) -> list[str]:
     first, half = data["conditions"]["link"], tb.rate_words(pairs[0][0]["link"])
     together = any(r["link"] == first for r in data["rates"])
     compared = [x for x in pairs if x[0]["algo"] != "auto"]
-    within = len(compared) - len(tb.rate_moved(data))
+    moved = tb.rate_moved(data)
+    within = len(compared) - len(moved)
     lines = [
         f"The same star at P = {nodes} at {first} and at half the rate, {half} (cells: n/B at {first} / at {half}; "
         + ("both rates measured one after the other in one run, " if together else "")
@@ -228,7 +229,6 @@ def rates_lines(data: dict, second: list[str]) -> list[str]:
         *second,
         "",
     ]
-    moved = tb.rate_moved(data)
     if moved:
         rows = "; ".join(f"{tb._column(r['algo'])} {r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])} "
                          f"({a:.2f} and {b:.2f})" for r, a, b in moved)  # fmt: skip

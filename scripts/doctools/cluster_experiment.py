@@ -239,8 +239,8 @@ def ddp_on_cluster(nodes: int, link: str, layout: Layout, steps: int, repeats: i
 DDP_RUNS = ((8, Layout(2, "1/2"), None), (4, STAR, None), (8, Layout(2, "1/2"), "50mbit"))
 # The same star at a second rate: times in n/B must not depend on the rate where the link, not
 # the host, sets them. Both rates are measured in one run, one after the other, at P = 8 and at
-# P = 16, where every hop of a pipeline's fill waits for 16 processes on the host's few cores: a
-# cost fixed in seconds, which halving the rate halves in n/B.
+# P = 16, where a cost fixed in seconds (a pipeline's fill, each hop waiting for one of 16
+# processes to get a core) would read fewer n/B at half the rate.
 RATE_NODES = (8, 16)
 PARTS = ("bench", "racks", "ddp", "train", "auto", "rates")
 
