@@ -126,6 +126,36 @@ def test_the_tables_show_multiples_of_n_over_b_per_algorithm():
     assert [line.split("|")[1].strip() for line in vs_p[2:]] == ["2", "4"]
 
 
+def test_an_lp_rb_row_is_priced_as_a_reduce_then_a_broadcast():
+    """lp-rb (LP's allreduce as a reduce, then a broadcast) is priced, not skipped, and as its
+    own schedule: on a star of one-port nodes at least a reduce's and a broadcast's time (the
+    overlapped chain's two flows share every port, so it is not twice as fast); on 2 racks at
+    half a port the overlapped chain sends one flow each way through the uplink and the two
+    constructions part (1.8x at 16 MiB, measured; less at this 1 MiB, whose fill weighs more)."""
+    rb = _row("allreduce", "lp-rb", 4, block=64 << 10)
+    assert model.run_of(rb, [rb]) == model.Run("lp-rb", 64 << 10, None)
+    reduce = model.simulate(_row("reduce", "lp", 4), 25e6, 0.0)
+    broadcast = model.simulate(_row("broadcast", "lp", 4), 25e6, 0.0)
+    assert model.simulate(rb, 25e6, 0.0) >= 0.95 * (reduce + broadcast)
+    racks_rb = model.simulate(_row("allreduce", "lp-rb", 8, RACKS, block=64 << 10), 25e6, 0.0)
+    racks_lp = model.simulate(_row("allreduce", "lp", 8, RACKS), 25e6, 0.0)
+    assert racks_rb > 1.3 * racks_lp
+
+
+def test_the_racks_table_shows_lp_rb_beside_lp_only_where_the_rows_hold_it():
+    n_over_b = (1 << 20) / 25e6 * 1e6
+    rows = [
+        _row("allreduce", "lp", 8, RACKS, time_us=2.5 * n_over_b),
+        _row("allreduce", "gloo", 8, RACKS, time_us=3 * n_over_b),
+    ]
+    header = tb.racks_table(_data(rows), 1 << 20)[0]
+    assert "lp-rb" not in header
+    rows.append(_row("allreduce", "lp-rb", 8, RACKS, time_us=4 * n_over_b, block=64 << 10))
+    header, _, line = tb.racks_table(_data(rows), 1 << 20)
+    assert header.startswith("| racks | P | lp | lp-rb | mst |"), header
+    assert line.startswith("| 2 racks, uplink 1/2 | 8 | 2.50 | 4.00 | - |"), line
+
+
 def test_the_racks_table_names_what_auto_ran_and_its_speed_against_gloo():
     n_over_b = (1 << 20) / 25e6 * 1e6
     rows = [
@@ -300,7 +330,7 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
     # auto ran what the lp column ran, but that column is as far off: the model's miss, not the run's
     assert "P = 14, 1 MiB (auto broadcast +21%), P = 14, 1 MiB (lp broadcast +19%)" in words[3]
     assert "the model is wrong" in words[3] and "LP's broadcast at P = 16 is +27% off too" in words[3]
-    assert "LP's allreduce across 4 racks" in words[4]
+    assert "LP's allreduce across 4 racks" in words[4] and "Which side is wrong is not found" in words[4]
     assert "MST's reduce on the star (P = 14, 1 MiB (5.17 n/B))" in words[5] and "measurement is wrong" in words[5]
     assert words[6].startswith("- 1 other row(s) (mst broadcast at P = 6") and "not studied" in words[6]
     assert "not studied" not in text.replace(words[6], "")
@@ -379,3 +409,24 @@ def test_a_part_measured_at_another_nice_says_so_beside_the_record_s(monkeypatch
     assert tb.nice_phrase(data) == "nice -10, the star's be allreduce at -20"
     stamp["nice"] = -10
     assert tb.nice_phrase(data) == "nice -10"
+
+
+def test_lp_across_4_racks_is_the_models_miss_where_lp_rb_of_the_same_run_is_priced_right():
+    """The overlapped chain's rows across 4 racks against the lp-rb rows of the same runs:
+    their n/B, their error and the ratio of the two come from the rows."""
+    import cluster_results
+
+    n_over_b_us = (1 << 20) / 25e6 * 1e6
+    four = ex.Layout(4, "1/4")
+
+    def row(algo, p, ratio, error):
+        return {**_row("allreduce", algo, p, four, time_us=ratio * n_over_b_us), "error": error}
+
+    misses = [row("lp", 4, 10.0, -0.2), row("lp", 8, 10.4, -0.18)]
+    twins = [row("lp-rb", 4, 8.0, -0.03), row("lp-rb", 8, 8.6, 0.02), row("lp-rb", 4, 5.0, 0.0)]
+    twins[2]["size"] = 4 << 20  # another run: not a twin
+    (words,) = cluster_results._misses({"over_15": misses, "held": [*twins, *misses]})
+    assert "The model is wrong about the overlapped chain" in words, words
+    assert "took 8.00 to 8.60 n/B, -3% to +2% off the model" in words, words
+    assert "the overlapped one took 1.21 to 1.25 times as long" in words, words
+    assert "not found" not in words

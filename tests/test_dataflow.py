@@ -16,7 +16,7 @@ from collections import defaultdict, deque
 import pytest
 import torch
 
-from lptrain.comm.algorithms import MODULES, SCHEDULES, WITH_VARIANTS, be, lp, mst, ring
+from lptrain.comm.algorithms import MODULES, SCHEDULES, WITH_VARIANTS, be, issue_order, issue_orders, lp, mst, ring
 from lptrain.comm.dataflow import Profile, StagingPool, rank_program, run_program
 from lptrain.comm.schedule import Kind, Schedule
 
@@ -181,7 +181,7 @@ def _case(algo: str, op: str, p: int, count: int, seed: int) -> tuple[Schedule, 
     return schedule, inputs, lockstep(schedule, inputs)
 
 
-@pytest.mark.parametrize("order", ["ports", "steps"])
+@pytest.mark.parametrize("order", ["ports", "steps", "phases"])
 @pytest.mark.parametrize("p", [3, 4, 8])
 @pytest.mark.parametrize("algo, op", CASES)
 def test_every_issue_order_gives_the_lockstep_result_bitwise(algo, op, p, order):
@@ -203,8 +203,7 @@ def test_without_staging_ahead_copies_land_in_place_and_the_result_is_the_lockst
     What is added and in what order is unchanged, under the algorithm's own issue order;
     only the copies that the schedule itself cannot land in place (a send of the same step
     reads their elements) are staged."""
-    module = MODULES["lp" if algo == "lp-rb" else algo]
-    order = module.ISSUE_ORDER[op]
+    order = issue_order(algo, op)
     for count, segment, window in ((7, 1, 2), (61, 3, 16), (61, 1000, 4)):
         schedule, inputs, want = _case(algo, op, p, count, seed=count * 13 + p)
         for lazy in (False, True):
@@ -237,6 +236,8 @@ def test_the_algorithms_choose_an_issue_order_the_executor_knows():
 
     for m in (lp, mst, be, ring):
         assert set(m.ISSUE_ORDER) == set(OPS) and set(m.ISSUE_ORDER.values()) <= set(ISSUE_ORDERS), m.NAME
+    for algo in WITH_VARIANTS:  # a variant's order too (lp-rb: phases)
+        assert set(issue_orders(algo)) == set(OPS) and set(issue_orders(algo).values()) <= set(ISSUE_ORDERS), algo
     with pytest.raises(ValueError, match="unknown issue order"):
         run_program((), torch.zeros(1), isend=None, irecv=None, wait=None, pool=StagingPool(), segment_bytes=4,
                     window=1, num_steps=0, order="sideways")  # fmt: skip
@@ -372,12 +373,13 @@ def test_the_window_of_receives_is_full_whenever_a_send_is_issued(algo, op, wind
 
 
 @pytest.mark.parametrize(
-    "algo, op", [("be", "allreduce"), ("be", "broadcast"), ("ring", "broadcast"), ("mst", "broadcast")]
+    "algo, op",
+    [("be", "allreduce"), ("be", "broadcast"), ("ring", "broadcast"), ("mst", "broadcast"), ("lp-rb", "allreduce")],
 )
-@pytest.mark.parametrize("order", ["ports", "steps"])
+@pytest.mark.parametrize("order", ["ports", "steps", "phases"])
 def test_an_issue_order_holds_back_the_sends_it_should(algo, op, order):
     """ports: a send waits until this rank's earlier-step sends to other peers are done;
-    steps: also until every earlier-step receive is in."""
+    steps: also until every earlier-step receive is in; phases: only the latter."""
     schedule = build(algo, op, 8, 61, 0 if op != "allreduce" else None)
     for r in range(8):
         program = rank_program(schedule, r, 4)
@@ -389,9 +391,9 @@ def test_an_issue_order_holds_back_the_sends_it_should(algo, op, order):
         def isend(buf, peer, sends=sends, pending=pending, broken=broken):
             a = next(sends)
             for kind, b in pending.values():
-                if kind == "send" and b.step < a.step and b.peer != a.peer:
+                if order != "phases" and kind == "send" and b.step < a.step and b.peer != a.peer:
                     broken.append(f"step {a.step} sent to {a.peer} before step {b.step}'s send to {b.peer} was done")
-                if order == "steps" and kind == "recv" and b.step < a.step:
+                if order in ("steps", "phases") and kind == "recv" and b.step < a.step:
                     broken.append(f"step {a.step} sent before step {b.step}'s receive was in")
             handle = object()
             pending[id(handle)] = ("send", a)

@@ -169,6 +169,6 @@ def build_across_processes(name: str, group: Any, **options: Any) -> Distributed
         **common,
         link=link,
         sized_for_link=sized,
-        issue_order=issue_orders(name),
+        issue_order=issue_orders(name, options),
         message_rule=message_rules(name),
     )

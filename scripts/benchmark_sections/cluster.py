@@ -48,7 +48,7 @@ def record(data: dict) -> dict:
     )
     racks = (
         f"lptrain-cluster --nodes 8 --layout racks --racks 2 --link {c['link']} --uplink 100mbit -- "
-        "lptrain-bench --op allreduce -b 4M -e 16M --algo lp,mst,be,ring,nccl,auto --topology probe -n 1 --trials 2"
+        f"lptrain-bench --op allreduce -b 4M -e 16M --algo {','.join(ex.RACK_ALGOS)} --topology probe -n 1 --trials 2"
     )
     runs = ex.parts_measured(data).get("bench") or [{}]  # the section's main table: the star's first run
     star = min(runs, key=lambda s: s.get("date", ""))
@@ -194,7 +194,7 @@ def render(data: dict) -> list[str]:
         lines += [
             "Racks joined by thin uplinks (allreduce, 16 MiB; each rack's uplink carries the stated share of a port "
             "each way). LP's chain with each rack contiguous crosses every uplink once each way, where the ring's "
-            "traffic crosses it 2(P-1)/P n:",
+            "traffic crosses it 2(P-1)/P n; lp overlaps its reduce and broadcast, lp-rb runs one, then the other:",
             "",
             *tb.racks_table(data, ex.BIG),
             "",

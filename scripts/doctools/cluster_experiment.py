@@ -33,6 +33,11 @@ OPS = ("broadcast", "reduce", "allreduce")
 SCHEDULE_ALGOS = SCHEDULES
 BENCH_ALGOS = (*SCHEDULE_ALGOS, "nccl")  # nccl is the backend's own collective (gloo here)
 TABLE_ALGOS = (*SCHEDULE_ALGOS, "gloo", "auto")  # as the benchmark's rows name them
+# On racks, LP's allreduce in both of the paper's constructions: overlapped (lp) and reduce,
+# then broadcast (lp-rb), whose flows take turns where the overlapped chain's two share an
+# uplink's direction (4 racks) and wait in its FIFO together.
+RACK_ALGOS = (*WITH_VARIANTS, "nccl", "auto")
+RACK_TABLE_ALGOS = (*WITH_VARIANTS, "gloo", "auto")
 SMALL, BIG = 4 << 20, 16 << 20  # the messages the documents' tables show (the default sizes' ends)
 
 
@@ -372,7 +377,7 @@ def measure(
         data["bench"] = again(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})
         for p, layout in grid:
             say(f"allreduce on {p} nodes, {layout.describe()} ({link}) ...")
-            data["bench"] += bench_on_cluster(p, link, sizes, trials, work, layout, op="allreduce")
+            data["bench"] += bench_on_cluster(p, link, sizes, trials, work, layout, op="allreduce", algos=RACK_ALGOS)
             save(data)
         measured("racks")
     if "ddp" in only:

@@ -61,7 +61,7 @@ def run_of(row: dict, rows: list[dict]) -> Run | None:
     """A fixed algorithm's row runs itself; comm=auto's row runs what its ``chose`` names
     (``lp block=65536 order=0-2-1-3``), its block taken from the LP row of the same run
     where auto left it to LP (``block=auto``). None for the backend's own collective."""
-    if row["algo"] in SCHEDULE_ALGOS:
+    if row["algo"] in WITH_VARIANTS:  # lp-rb too: LP's allreduce as reduce, then broadcast
         return Run(row["algo"], row.get("block"), None)
     if row["algo"] != "auto" or not row.get("chose"):
         return None

@@ -15,7 +15,7 @@ from doctools import cluster_model as model
 from doctools.cluster_experiment import (
     DDP_VARIANTS,
     OPS,
-    SCHEDULE_ALGOS,
+    RACK_TABLE_ALGOS,
     STAR,
     TABLE_ALGOS,
     TRAIN_CASES,
@@ -25,6 +25,7 @@ from doctools.cluster_experiment import (
 from doctools.machine import describe as machine_words
 from doctools.markdown import table
 from lptrain.cluster.plan import format_rate, parse_rate
+from lptrain.comm.algorithms import WITH_VARIANTS
 from lptrain.comm.program import pipeline_block_bytes
 from lptrain.sim.predict import predict
 from lptrain.sim.topology import oneport
@@ -93,11 +94,11 @@ def rows_of(data: dict, layout=STAR) -> list[dict]:
 
 def _column(algo: str, lp: str = "lp") -> str:
     """An algorithm's column heading: the backend's collective is "gloo's own"."""
-    return {"gloo": "gloo's own", "lp": lp, "auto": "comm=auto"}.get(algo, algo)
+    return {"gloo": "gloo's own", "lp": lp, "lp-rb": "lp-rb", "auto": "comm=auto"}.get(algo, algo)
 
 
-def _cells(cell: dict[str, float]) -> list[str]:
-    return [f"{cell[a]:.2f}" if a in cell else "-" for a in TABLE_ALGOS]
+def _cells(cell: dict[str, float], algos: tuple[str, ...] = TABLE_ALGOS) -> list[str]:
+    return [f"{cell[a]:.2f}" if a in cell else "-" for a in algos]
 
 
 def chose(row: dict) -> str:
@@ -241,7 +242,9 @@ def layouts(data: dict) -> list:
 
 
 def racks_table(data: dict, size: int) -> list[str]:
-    """Allreduce on racks: each algorithm's n/B, what auto ran, and gloo's own over auto's time."""
+    """Allreduce on racks: each algorithm's n/B (LP in both constructions, lp-rb where the rows
+    hold it), what auto ran, and gloo's own over auto's time."""
+    algos = tuple(a for a in RACK_TABLE_ALGOS if a != "lp-rb" or _has_algo(data, a, racks=True))
     body = []
     for layout in layouts(data):
         rows = [r for r in rows_of(data, layout) if r["op"] == "allreduce" and r["size"] == size]
@@ -250,8 +253,13 @@ def racks_table(data: dict, size: int) -> list[str]:
             cell = {r["algo"]: n_over_b(r) for r in at_p}
             auto = next((chose(r) for r in at_p if r["algo"] == "auto"), "-")
             faster = f"{cell['gloo'] / cell['auto']:.2f}x" if "auto" in cell and "gloo" in cell else "-"
-            body.append([f"{layout.racks} racks, uplink {layout.uplink}", str(p), *_cells(cell), auto, faster])
-    return table(["racks", "P", *map(_column, TABLE_ALGOS), "auto ran", "auto vs gloo's own"], body)
+            body.append([f"{layout.racks} racks, uplink {layout.uplink}", str(p), *_cells(cell, algos), auto, faster])
+    return table(["racks", "P", *map(_column, algos), "auto ran", "auto vs gloo's own"], body)
+
+
+def _has_algo(data: dict, algo: str, racks: bool) -> bool:
+    """Some row of the racks (``racks``) or of the star ran ``algo``."""
+    return any(r["algo"] == algo and (layout_of(r) != STAR) == racks for r in data.get("bench", []))
 
 
 def racks_speedup(data: dict, racks: int, uplink: str, p: int, size: int) -> float | None:
@@ -276,7 +284,7 @@ def prediction_summary(data: dict) -> tuple[list[str], dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in held:
         groups.setdefault((layout_of(r).describe(), r["op"], r["algo"]), []).append(r)
-    order = {a: i for i, a in enumerate((*SCHEDULE_ALGOS, "auto"))}
+    order = {a: i for i, a in enumerate((*WITH_VARIANTS, "auto"))}
     for (where, op, algo), group in sorted(groups.items(), key=lambda kv: (kv[0][0] != "star", kv[0][0], kv[0][1],
                                                                              order.get(kv[0][2], 9))):  # fmt: skip
         errors = [abs(r["error"]) for r in group]

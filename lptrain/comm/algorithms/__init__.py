@@ -75,15 +75,23 @@ def option_names(algorithm: str) -> list[str]:
     return [*module_of(algorithm).OPTIONS.defaults, *GENERIC_OPTIONS]
 
 
-def issue_orders(algorithm: str) -> dict[str, str]:
+def issue_orders(algorithm: str, options: Mapping[str, Any] | None = None) -> dict[str, str]:
     """How the multi-process executor may overlap ``algorithm``'s steps, per op (each
-    module's ``ISSUE_ORDER``; see ``lptrain.comm.program.ISSUE_POLICIES``)."""
-    return module_of(algorithm).ISSUE_ORDER
+    module's ``ISSUE_ORDER``; see ``lptrain.comm.program.ISSUE_POLICIES``), run with
+    ``options`` over a variant's presets and the module's defaults: where a module's order
+    depends on an option (LP's reduce-then-broadcast allreduce) it says so in
+    ``issue_orders_for``."""
+    base, preset = resolve(algorithm)
+    module = MODULES[base]
+    by_options = getattr(module, "issue_orders_for", None)
+    if by_options is None:
+        return module.ISSUE_ORDER
+    return by_options({**module.OPTIONS.defaults, **preset, **(options or {})})
 
 
-def issue_order(algorithm: str, op: str) -> str:
-    """``issue_orders(algorithm)`` for one op."""
-    return issue_orders(algorithm)[op]
+def issue_order(algorithm: str, op: str, options: Mapping[str, Any] | None = None) -> str:
+    """``issue_orders(algorithm, options)`` for one op."""
+    return issue_orders(algorithm, options)[op]
 
 
 def message_rules(algorithm: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lptrain.comm.algorithms.options import PCIE, AlgorithmOptions, Sizing
@@ -31,6 +31,17 @@ NAME = "lp"
 # the chain's pipeline is the point: every rank forwards each segment the moment it is in.
 ISSUE_ORDER = {"broadcast": "eager", "reduce": "eager", "allreduce": "eager"}
 ALLREDUCE_MODES = ("overlapped", "reduce_broadcast")
+
+
+def issue_orders_for(options: Mapping[str, Any]) -> dict[str, str]:
+    """``ISSUE_ORDER`` under ``options``: the reduce-then-broadcast allreduce holds each
+    broadcast block back until the reduce is in (``phases``), as its construction says;
+    eager, the chain's last rank would start the broadcast into a port the reduce still
+    needs (``lptrain.comm.program`` has the figures)."""
+    if options.get("allreduce") == "reduce_broadcast":
+        return {**ISSUE_ORDER, "allreduce": "phases"}
+    return ISSUE_ORDER
+
 
 # Block-size rule defaults: PCIe Gen3 figures from the paper (alpha ~ 15 us, ~11 GB/s).
 DEFAULT_ALPHA_S = PCIE.alpha_s
