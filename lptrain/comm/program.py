@@ -36,7 +36,8 @@ may overlap:
   2.46 -> 2.03 n/B at 4 MiB and 2.12 -> 2.04 at 16 MiB over 4 nodes, 3.14 -> 2.35 and
   2.39 -> 2.33 over 16, 9.11 -> 8.84 and 8.60 -> 8.51 over 4 racks of one node with
   uplinks at a quarter of a port (8.79 -> 8.56 and 8.33 -> 8.60 over 8 nodes in 4 racks);
-  the overlapped lp of the same runs read 2.68 and 2.45, 2.44 and 2.29 at 4 MiB;
+  the overlapped lp, unchanged, read 2.68 and 2.45 over 4 nodes and 2.44 and 2.29 over 16
+  at 4 MiB in the same two runs;
 * ``gather``: ``ports``, and receives pending from at most two peers at once (the ring
   reduce's last step, where every other rank sends its chunk to the root). Posted all at
   once, the P - 1 senders start together into the root's port, and now and then their

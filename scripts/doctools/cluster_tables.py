@@ -94,7 +94,7 @@ def rows_of(data: dict, layout=STAR) -> list[dict]:
 
 def _column(algo: str, lp: str = "lp") -> str:
     """An algorithm's column heading: the backend's collective is "gloo's own"."""
-    return {"gloo": "gloo's own", "lp": lp, "lp-rb": "lp-rb", "auto": "comm=auto"}.get(algo, algo)
+    return {"gloo": "gloo's own", "lp": lp, "auto": "comm=auto"}.get(algo, algo)
 
 
 def _cells(cell: dict[str, float], algos: tuple[str, ...] = TABLE_ALGOS) -> list[str]:
