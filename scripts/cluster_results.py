@@ -532,7 +532,7 @@ def figure(data: dict, path: Path) -> None:
 
     rows = tb.rows_of(data)
     color = {algo: f"C{i}" for i, algo in enumerate(ex.RACK_TABLE_ALGOS)}  # one colour per algorithm in every panel
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8), sharey=False)
+    fig, axes = plt.subplots(1, 4, figsize=(19, 3.8), sharey=False, width_ratios=(1, 1, 1, 1.7))  # racks: 8 groups
     for ax, op in zip(axes, ex.OPS):
         for algo in ex.TABLE_ALGOS:
             points = sorted((r["nodes"], tb.n_over_b(r)) for r in rows if r["op"] == op and r["algo"] == algo
