@@ -86,8 +86,8 @@ def render(data: dict) -> list[str]:
         "",
         f"Every node a network namespace with one full-duplex port shaped to {c['link']} (B = "
         f"{c['link_bytes_per_s'] / 1e6:.1f} MB/s one way), one process per node over gloo; {load}. "
-        f"Medians of 2 trials; {len(checked) - wrong} of {len(checked)} results checked correct (#wrong 0). Times "
-        f"are multiples of n/B at {tb.size_label(ex.BIG)}: n/B is one port's physical limit for a broadcast; "
+        f"Medians of 2 trials; {len(checked) - wrong} of {len(checked)} results checked correct (#wrong {wrong}). "
+        f"Times are multiples of n/B at {tb.size_label(ex.BIG)}: n/B is one port's physical limit for a broadcast; "
         "TCP's payload is 99.3% of the shaped rate at MTU 9000, and each port's shaper lets a burst of 128 KiB "
         "through at once, so a few rows read just under 1. comm=auto chose "
         f"from the topology it probed at start. Every P measured ({tb.node_list(sorted(star))}), both sizes and the "
