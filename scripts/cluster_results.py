@@ -450,11 +450,7 @@ def _lp_twin(row: dict, held: list[dict], same_block: bool = True) -> dict | Non
     there (with LP's own block where ``same_block``)."""
     if not (row.get("chose") or "").startswith("lp ") or (same_block and _block(row) is not None):
         return None
-    same = ("nodes", "size", "op")
-    return next(
-        (h for h in held if h["algo"] == "lp" and layout_of(h) == layout_of(row) and all(h[k] == row[k] for k in same)),
-        None,
-    )
+    return next((h for h in held if h["algo"] == "lp" and same_run(h, row)), None)
 
 
 def _block(row: dict) -> int | None:
@@ -546,7 +542,7 @@ def figure(data: dict, path: Path) -> None:
     axes[0].legend()
     ax = axes[3]
     racks = [(layout, p) for layout in tb.layouts(data) for p in sorted({r["nodes"] for r in tb.rows_of(data, layout)})]
-    ran = {r["algo"] for layout in tb.layouts(data) for r in tb.rows_of(data, layout)}
+    ran = tb.racks_ran(data)
     algos = [a for a in ex.RACK_TABLE_ALGOS if a in ran]
     width = 0.8 / max(1, len(algos))
     for i, algo in enumerate(algos):

@@ -244,7 +244,8 @@ def layouts(data: dict) -> list:
 def racks_table(data: dict, size: int) -> list[str]:
     """Allreduce on racks: each algorithm's n/B (LP in both constructions, lp-rb where the rows
     hold it), what auto ran, and gloo's own over auto's time."""
-    algos = tuple(a for a in RACK_TABLE_ALGOS if a != "lp-rb" or _has_algo(data, a, racks=True))
+    ran = racks_ran(data)
+    algos = tuple(a for a in RACK_TABLE_ALGOS if a != "lp-rb" or a in ran)
     body = []
     for layout in layouts(data):
         rows = [r for r in rows_of(data, layout) if r["op"] == "allreduce" and r["size"] == size]
@@ -257,9 +258,9 @@ def racks_table(data: dict, size: int) -> list[str]:
     return table(["racks", "P", *map(_column, algos), "auto ran", "auto vs gloo's own"], body)
 
 
-def _has_algo(data: dict, algo: str, racks: bool) -> bool:
-    """Some row of the racks (``racks``) or of the star ran ``algo``."""
-    return any(r["algo"] == algo and (layout_of(r) != STAR) == racks for r in data.get("bench", []))
+def racks_ran(data: dict) -> set[str]:
+    """The algorithms some row of the racks ran (the table's and the figure's columns)."""
+    return {r["algo"] for r in data.get("bench", []) if layout_of(r) != STAR}
 
 
 def racks_speedup(data: dict, racks: int, uplink: str, p: int, size: int) -> float | None:
