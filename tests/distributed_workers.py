@@ -291,6 +291,30 @@ def protocol_and_hierarchy(rank: int, world: int, store: str, tuning: str) -> No
     dist.destroy_process_group()
 
 
+def link_on_racks(rank: int, world: int, store: str, out: str) -> None:
+    """``measure_link`` over two racks of two, its exchanges' times replaced by what such racks
+    give (a port at 25 MB/s, the uplink at half that): every exchange of the ring crosses the
+    uplink one way or the other, and only ranks 1 and 3 receive from a rank in their rack."""
+    import json
+
+    from lptrain.comm import transport
+
+    join(rank, world, store)
+    port, uplink = 25e6, 12.5e6
+
+    def exchange(buf_out, buf_in, r, w, group, timeout):
+        if buf_out.numel() < 1024:
+            return 50e-6, 50e-6
+        received = buf_out.numel() / (port if r % 2 else uplink)
+        return received, buf_out.numel() / uplink
+
+    transport._exchange = exchange
+    link = transport.measure_link(dist.group.WORLD, torch.device("cpu"))
+    Path(out, f"rank{rank}.json").write_text(json.dumps([link.beta_s_per_byte, link.port_beta_s_per_byte]))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def link_rules(rank: int, world: int, store: str, out: str) -> None:
     """The executor's message rules on a link measured fast and on one measured slow (the
     measurement replaced by each figure): messages, waits and paced sends per call."""
@@ -305,11 +329,16 @@ def link_rules(rank: int, world: int, store: str, out: str) -> None:
     # to drain at the link's rate (here 0.13 s) than the peer's reply takes on a busy machine
     # and BE's fast link is barely fast, where pacing at its rate would hold a 4 MiB
     # allreduce's second step back (its first step's 2 MiB take 3.5 ms to drain at 600 MB/s)
-    rates = {"fast": {"ring": 3e9, "be": 600e6}, "slow": {"ring": 25e6, "be": 2e6}}
+    # and on "racks" the ring's slowest link is as slow, its fastest (a port) fast: the port drains
+    # what BE sends at once, so nothing is held (the messages are the slow link's)
+    rates = {"fast": {"ring": 3e9, "be": 600e6}, "slow": {"ring": 25e6, "be": 2e6}, "racks": {"be": (2e6, 3e9)}}
     sizes = {"fast": {"ring": 16 << 20, "be": 4 << 20}, "slow": {"ring": 16 << 20, "be": 1 << 18}}
+    sizes["racks"] = {"be": 1 << 18}
     for speed, rate_of in rates.items():
         for name, count in sizes[speed].items():
-            build.link_of = lambda group, device, timeout=None, rate=rate_of[name]: LinkCost(80e-6, 1 / rate)
+            slowest, port = rate_of[name] if isinstance(rate_of[name], tuple) else (rate_of[name], None)
+            link = LinkCost(80e-6, 1 / slowest, 1 / port if port else None)
+            build.link_of = lambda group, device, timeout=None, link=link: link
             comm = build_communicator(name, process_group=dist.group.WORLD, timeout_s=60, check_desync=False)
             t = torch.full((count,), float(rank + 1))
             comm.allreduce(t)

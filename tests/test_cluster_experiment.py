@@ -430,3 +430,22 @@ def test_lp_across_4_racks_is_the_models_miss_where_lp_rb_of_the_same_run_is_pri
     assert "took 8.00 to 8.60 n/B, -3% to +2% off the model" in words, words
     assert "the overlapped one took 1.21 to 1.25 times as long" in words, words
     assert "not found" not in words
+
+
+def test_be_and_mst_on_racks_are_said_slower_or_faster_than_the_model_as_their_rows_are():
+    """A BE or MST row on racks that the cluster ran slower than the model is the measurement's
+    suspect, with the spread of the same runs; one it ran faster is not called slower, and its
+    words give the other such rows' largest error."""
+    import cluster_results
+
+    quarter, four = ex.Layout(2, "1/4"), ex.Layout(4, "1/2")
+    slower = {**_row("allreduce", "be", 8, quarter), "error": -0.25}
+    faster = {**_row("allreduce", "mst", 8, four), "error": 0.22}
+    near = [{**_row("allreduce", a, 4, quarter, size=s), "error": e}
+            for a, s, e in (("be", 16 << 20, -0.04), ("mst", 1 << 20, 0.13))]  # fmt: skip
+    words = cluster_results._misses({"over_15": [slower, faster], "held": [slower, faster, *near]})
+    assert len(words) == 2, words
+    assert words[0].startswith("- BE on racks, slower than the model (be on 2 racks") and "suspect" in words[0]
+    assert "BE's rows of 16 MiB on racks are within 4%" in words[0]
+    assert words[1].startswith("- MST on racks, faster than the model (mst on 4 racks") and "slower" not in words[1]
+    assert "Their 2 other rows on racks are within 13%" in words[1] and "not found" in words[1]

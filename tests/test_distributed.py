@@ -122,6 +122,40 @@ def test_a_fast_link_gets_the_share_per_message_unpaced_and_a_slow_one_short_pac
     assert messages == {"fast": 4 * 8, "slow": 4 * (32 * mib // (256 << 10)), "none": 4 * 8}
     assert pacing_rate(3e9) == 0.0 and pacing_rate(500e6) == 0.0 and pacing_rate(None) == 0.0
     assert pacing_rate(25e6) == 25e6
+    # Racks joined by a thinner uplink: the ring's slowest link is the uplink's, its fastest a
+    # port's, and a rank's port drains at the port's rate (PortQueue).
+    assert pacing_rate(6.25e6, 25e6) == 25e6 and pacing_rate(3e9, 3e9) == 0.0
+
+
+def test_the_link_measured_keeps_the_fastest_exchange_of_the_ring_as_a_ports_rate():
+    """The ranks cut their messages by the ring's slowest link, and pace their sends at its
+    fastest (a port's, where some neighbours share a rack); where every exchange took as
+    long, the two are one figure."""
+    from lptrain.comm.distributed import link_rate, port_rate
+    from lptrain.comm.transport import link_cost
+
+    mib4 = 4 << 20
+    racks = link_cost(100e-6, 100e-6 + mib4 / 6.25e6, fastest_large_s=100e-6 + mib4 / 25e6)
+    assert link_rate(racks) == pytest.approx(6.25e6) and port_rate(racks) == pytest.approx(25e6)
+    assert racks.describe() == "100 us per message, 6.2 MB/s (a port 25.0 MB/s)"
+    star = link_cost(100e-6, 100e-6 + mib4 / 25e6)
+    assert port_rate(star) == pytest.approx(25e6) and star.describe() == "100 us per message, 25.0 MB/s"
+    assert port_rate(None) is None
+
+
+def test_the_link_measured_on_two_racks_of_two_finds_the_port_by_the_fastest_receive(tmp_path):
+    """On two racks of two every exchange of the ring crosses the uplink one way or the other,
+    so exchange times alone find no port; a receive crosses one link, and two of the four are
+    in a rack: the ranks agree on the uplink's rate for the link and the port's for pacing."""
+    import json
+
+    p = 4
+    mp.spawn(workers.link_on_racks, args=(p, str(tmp_path / "store"), str(tmp_path)), nprocs=p)
+    figures = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(p)]
+    assert all(f == figures[0] for f in figures), figures
+    beta, port_beta = figures[0]
+    assert 1 / beta == pytest.approx(12.5e6, rel=1e-3) and port_beta is not None
+    assert 1 / port_beta == pytest.approx(25e6, rel=1e-3)
 
 
 def test_the_executor_follows_the_measured_link_across_processes(tmp_path):
@@ -129,7 +163,8 @@ def test_the_executor_follows_the_measured_link_across_processes(tmp_path):
     call, a 64 MiB ring allreduce sends 4 MiB messages on the fast link and 256 KiB ones on
     the slow link, and copies none of its allgather out of staging slots on the fast link;
     BE's sends are paced on a slow link and never on a fast one (at 600 MB/s, barely fast,
-    the rule before paced BE's later steps); BE's allreduce takes a rank's share per message
+    the rule before paced BE's later steps), nor where only the ring's slowest link is slow
+    (racks of fast ports: a port drains at its own rate); BE's allreduce takes a rank's share per message
     on either link, its broadcast the slow link's short messages."""
     import json
 
@@ -144,6 +179,8 @@ def test_the_executor_follows_the_measured_link_across_processes(tmp_path):
         assert counts["ring slow"][0] == 4 * (p - 1) * (16 << 20) // (256 << 10), counts
         assert counts["ring slow"][4] > 0, counts
         assert counts["be fast"][2] == 0 and counts["be slow"][2] > 0, counts
+        # a slow uplink between racks of fast ports: the messages of the slow link, paced at the port's rate
+        assert counts["be racks"][0] == counts["be slow"][0] and counts["be racks"][2] == 0, counts
         # BE's allreduce of 1 MiB over 4 on the slow link (steps of 512, 256, 256 and 512 KiB
         # each way) in 1 MiB messages (the share's floor), one send and one receive a step, where
         # the link's own 64 KiB messages made 48 (lptrain.comm.program.MESSAGE_RULES); of 16 MiB

@@ -137,24 +137,28 @@ def test_a_pipelines_fill_costs_half_a_segment_a_hop_where_the_bucket_is_half_a_
     assert shaped == pytest.approx(N * 4 / B + (p - 2) / 2 * seconds_per_segment - seconds_per_segment / 2, rel=1e-6)
 
 
-def test_sends_are_paced_at_the_rate_the_executor_measured_so_be_on_racks_waits_for_the_uplink():
+def test_sends_are_paced_at_a_ports_rate_so_be_on_racks_does_not_wait_for_the_uplink_after_an_in_rack_step():
     """On a slow link the executor holds a send to a new peer until the earlier steps' bytes
-    would have left its port at the rate it measured at start (``lptrain.comm.program.PortQueue``),
-    and it measures the slowest link of a ring: on two racks of two joined by an uplink at a
-    quarter of a port, the uplink's rate. BE's allreduce at P = 4 then waits after its in-rack
-    step as if those bytes had crossed the uplink: 2 + 2 + 2 + 0.5 = 6.5 n/B, where an
-    unpaced executor would take 0.5 + 2 + 2 + 0.5 = 5 (the emulated cluster measured 6.4)."""
-    from lptrain.sim.dataflow import run_dataflow
+    would have left its port (``lptrain.comm.program.PortQueue``). It drains that queue at a
+    port's rate, the fastest link of the ring it measured at start, not the slowest: on two
+    racks of two joined by an uplink at a quarter of a port, BE's allreduce at P = 4 then takes
+    0.5 + 2 + 2 + 0.5 = 5 n/B, as unpaced. Paced at the uplink's rate (the ring's slowest link,
+    as the executor did until 2026-12-06) it waited after its in-rack step as if those bytes
+    had crossed the uplink: 2 + 2 + 2 + 0.5 = 6.5 n/B (the emulated cluster measured 6.4)."""
+    from lptrain.sim.dataflow import measured_rate, port_rate, run_dataflow
     from lptrain.sim.topology import racks
 
     quarter = racks(4, 2, B, B / 4, 0.0, 0.0, 0.0)
+    assert measured_rate(quarter) == B / 4 and port_rate(quarter) == B
     schedule, order, unit = be.allreduce(4, N), be.ISSUE_ORDER["allreduce"], N * 4 / B
-    assert simulate_dataflow(schedule, quarter, SEGMENT, order=order) / unit == pytest.approx(6.5, rel=0.02)
+    assert simulate_dataflow(schedule, quarter, SEGMENT, order=order) / unit == pytest.approx(5.0, rel=0.02)
     unpaced = run_dataflow(schedule, quarter, SEGMENT, order=order, drain_bytes_per_s=0.0).seconds
     assert unpaced / unit == pytest.approx(5.0, rel=0.02)
     paced = run_dataflow(schedule, quarter, SEGMENT, order=order, drain_bytes_per_s=B / 4).seconds
     assert paced / unit == pytest.approx(6.5, rel=0.02)
-    # On one switch the measured rate is the port's: pacing holds nothing back.
+    # One rack to a node: every link of the ring crosses an uplink, which is then the port.
+    assert port_rate(racks(4, 4, B, B / 4, 0.0, 0.0, 0.0)) == B / 4
+    # On one switch the port is the link measured: pacing holds nothing back.
     assert _multiple(schedule, 4, order) == pytest.approx(1.5, rel=0.02)
 
 

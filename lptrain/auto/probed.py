@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from lptrain.comm.distributed import DEFAULT_TIMEOUT_S, checked_timeout, named_peer_failure
+from lptrain.comm.distributed import DEFAULT_TIMEOUT_S, checked_timeout, named_peer_failure, port_rate
 from lptrain.comm.topology_probe import Racks, probe_racks
 from lptrain.comm.transport import LinkCost, link_of
 from lptrain.sim.declared import DeclaredRacks
@@ -38,6 +38,7 @@ def racks_model(racks: Racks, link: LinkCost | None = None) -> Topology:
     model.layout = f"measured at start: {racks.describe()}"
     model.overlapped = True
     model.link_rate = 1 / link.beta_s_per_byte if link else None
+    model.port_rate = port_rate(link)
     return model
 
 

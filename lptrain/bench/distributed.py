@@ -233,6 +233,7 @@ def run_distributed(args: argparse.Namespace) -> list[Row]:
                     link.alpha_s if link else None,
                     1 / link.beta_s_per_byte if link else None,
                     comm.chose(op, nbytes) if isinstance(comm, AutoCommunicator) else None,
+                    1 / link.port_beta_s_per_byte if link and link.port_beta_s_per_byte else None,
                 )
                 rows.append(print_row(out, row))
     return rows

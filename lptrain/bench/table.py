@@ -33,6 +33,7 @@ class Row:
     link_alpha_s: float | None = None  # the transport as measured (segments and lp's blocks follow it)
     link_bytes_per_s: float | None = None
     chose: str | None = None  # auto: what it ran (algorithm, block, order)
+    link_port_bytes_per_s: float | None = None  # a port's rate where it stood apart (sends are paced at it)
 
 
 def print_header(

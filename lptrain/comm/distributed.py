@@ -53,8 +53,16 @@ DEFAULT_TIMEOUT_S = 300.0  # seconds a peer may be silent before it is an error
 
 
 def link_rate(link: LinkCost | None) -> float | None:
-    """The measured link's bytes per second, or None where none was measured."""
+    """The measured link's bytes per second (the ring's slowest), or None where none was measured."""
     return None if link is None else 1.0 / link.beta_s_per_byte
+
+
+def port_rate(link: LinkCost | None) -> float | None:
+    """A port's bytes per second as measured (the ring's fastest link where it stood apart from
+    the slowest, else the one figure), or None where none was measured."""
+    if link is None:
+        return None
+    return 1.0 / (link.port_beta_s_per_byte or link.beta_s_per_byte)
 
 
 def auto_segment_bytes(nbytes: int, world_size: int, link: LinkCost | None = None, rule: str = "link") -> int:
@@ -386,7 +394,7 @@ class DistributedCommunicator:
             irecv=lambda buf, peer: dist.irecv(buf, peers[peer], group=group),
             window=self.window,
             order=self.issue_order if isinstance(self.issue_order, str) else self.issue_order.get(schedule.op, "eager"),
-            drain_bytes_per_s=pacing_rate(link_rate(self.link)),
+            drain_bytes_per_s=pacing_rate(link_rate(self.link), port_rate(self.link)),
             stage_ahead=not fast_link(link_rate(self.link)),
             **common,
         )

@@ -111,6 +111,11 @@ MIN_PIPELINE_BLOCK_BYTES = 128 << 10
 # 138), but over 2 processes it lost 17% (ring 40 -> 49 ms), the addition of a whole share no
 # longer overlapping the transfer of the next segment (2-core machine, 2026-12-05, 8 calls each).
 FAST_LINK_BYTES_PER_S = 500e6
+# The fastest exchange of the ring measured at start counts as a port's own rate, apart from
+# the slowest link's, only this much above it: below it the two differ by noise (the ranks'
+# exchanges on the emulated star differ by a few percent), and one figure is kept. Racks
+# joined by uplinks at half a port or less stand apart (``pacing_rate``).
+PORT_APART = 1.25
 
 
 def fast_link(bytes_per_s: float | None) -> bool:
@@ -172,10 +177,25 @@ def pipeline_block_bytes(bytes_per_s: float | None) -> int | None:
     return _carried_in(PIPELINE_BLOCK_SECONDS, bytes_per_s, MIN_PIPELINE_BLOCK_BYTES)
 
 
-def pacing_rate(bytes_per_s: float | None) -> float:
-    """The rate the ``ports`` and ``steps`` orders pace sends at on a link measured at
-    ``bytes_per_s``: the link's own on a slow link, 0 (no pacing) on a fast one or none measured."""
-    return 0.0 if bytes_per_s is None or fast_link(bytes_per_s) else bytes_per_s
+def pacing_rate(bytes_per_s: float | None, port_bytes_per_s: float | None = None) -> float:
+    """The rate the ``ports`` and ``steps`` orders pace sends at where the ring's slowest link
+    was measured at ``bytes_per_s`` and its fastest, a port's, at ``port_bytes_per_s`` (None:
+    the same): a port's on a slow link, 0 (no pacing) on a fast one or none measured.
+
+    A port, not the slowest link: ``PortQueue`` holds a send until the bytes before it would
+    have left this rank's port, and they leave it at the port's rate even where the ring's
+    slowest link is an uplink between racks. Paced at the uplink's rate, every step in a rack
+    waited as if its bytes had crossed the uplink. On 2 emulated racks of 4 nodes at 200
+    Mbit/s (lptrain-cluster, 2-core machine, 2026-12-06, `lptrain-bench --op allreduce -b 4M
+    -e 16M -f 4 --algo lp,lp-rb,mst,be,ring --trials 3`, one run each way on the same links)
+    BE's allreduce took, in n/B at 4 and 16 MiB, 10.51 and 8.53 paced at the uplink's rate
+    against 5.51 and 5.55 at the port's with uplinks at a quarter of a port (5.5 is the
+    uplink's own bound), 5.65 and 4.51 against 4.49 and 3.61 at half a port; MST's 13.83 and
+    14.72 against 9.81 and 11.56, and 7.67 and 8.71 against 6.10 and 7.58. LP (``eager``,
+    never paced) and the ring (one peer a step) were the same either way."""
+    if bytes_per_s is None or fast_link(bytes_per_s):
+        return 0.0
+    return port_bytes_per_s if port_bytes_per_s is not None else bytes_per_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,11 +338,10 @@ class PortQueue:
     ``drained`` (its ``ports`` and ``steps`` orders on a slow link), and the simulator
     replays the same clock, so it prices the wait the executor takes.
 
-    The rate is one figure, the slowest link of the ring the transport was measured on
-    (``lptrain.comm.transport``): where the peers sit behind links of different rates (racks
-    joined by a thinner uplink) it is the thinnest link's, so bytes to a peer in the same
-    rack are counted as leaving at the uplink's rate and the next step to another peer
-    waits for them that long."""
+    The rate is one figure, a port's: the fastest link of the ring the transport was
+    measured on (``lptrain.comm.transport``, ``pacing_rate``). Bytes to a peer behind a
+    thinner uplink are counted as leaving at the port's rate, though the uplink carries them
+    slower: the port is free for the next step's peer meanwhile."""
 
     def __init__(self, bytes_per_s: float) -> None:
         self.rate = bytes_per_s

@@ -11,7 +11,10 @@ large one's extra time per byte is ``beta`` (the fastest, not the median: on a b
 machine a process waiting for its turn on a core only ever adds time, and on two cores
 shared by four processes a median small exchange measured 2.6 ms where the fastest took
 a few tens of microseconds); and the ranks take the slowest link's figures (the pipeline
-goes at its pace), so that all of them cut the message into the same blocks.
+goes at its pace), so that all of them cut the message into the same blocks. They also keep
+the fastest large exchange, a port's own rate where some neighbours of the ring share a rack
+and others cross a thinner uplink: a rank's sends leave its port at that rate, and the
+executor paces them by it (``lptrain.comm.program.pacing_rate``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from lptrain.comm import bounded
+from lptrain.comm.program import PORT_APART
 
 SMALL_BYTES = 8
 LARGE_BYTES = 4 << 20
@@ -35,23 +39,40 @@ class LinkCost:
     """Seconds per message and per byte of one point-to-point transfer."""
 
     alpha_s: float
-    beta_s_per_byte: float
+    beta_s_per_byte: float  # the slowest link of the ring measured
+    # A port's, where the ring's fastest link was at least PORT_APART faster (None: the same)
+    port_beta_s_per_byte: float | None = None
 
     def describe(self) -> str:
-        rate = 1 / self.beta_s_per_byte
-        speed = f"{rate / 1e9:.2f} GB/s" if rate >= 1e9 else f"{rate / 1e6:.1f} MB/s"
-        return f"{self.alpha_s * 1e6:.0f} us per message, {speed}"
+        text = f"{self.alpha_s * 1e6:.0f} us per message, {_speed(1 / self.beta_s_per_byte)}"
+        if self.port_beta_s_per_byte is not None:
+            text += f" (a port {_speed(1 / self.port_beta_s_per_byte)})"
+        return text
 
 
-def link_cost(small_s: float, large_s: float, large_bytes: int = LARGE_BYTES) -> LinkCost:
-    """Latency and inverse bandwidth from the times of a tiny and a large exchange.
+def _speed(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.1f} MB/s"
+
+
+def link_cost(
+    small_s: float, large_s: float, large_bytes: int = LARGE_BYTES, fastest_large_s: float | None = None
+) -> LinkCost:
+    """Latency and inverse bandwidth from the times of a tiny and a large exchange, the
+    slowest link's; with ``fastest_large_s``, the fastest link's large exchange, a port's
+    inverse bandwidth too where it is ``PORT_APART`` faster.
 
     Where noise leaves the large exchange no slower than twice the small one, its whole
     time is taken as transfer time: a pessimistic bandwidth rather than an infinite one.
     """
     alpha = max(small_s, 1e-7)
-    moving = large_s - small_s if large_s > 2 * small_s else large_s
-    return LinkCost(alpha, max(moving, 1e-9) / large_bytes)
+
+    def per_byte(large: float) -> float:
+        moving = large - small_s if large > 2 * small_s else large
+        return max(moving, 1e-9) / large_bytes
+
+    beta = per_byte(large_s)
+    port = per_byte(fastest_large_s) if fastest_large_s is not None else beta
+    return LinkCost(alpha, beta, port if beta >= PORT_APART * port else None)
 
 
 def timed_exchange(
@@ -67,42 +88,75 @@ def timed_exchange(
     other on one stream, and a receive posted first on every rank would wait forever for a
     send queued behind the peer's receive. Seconds until both are done; each waits at most
     ``timeout`` (None: the group's own)."""
+    return _timed_parts(buf_out, buf_in, send_to, receive_from, group, timeout)[1]
+
+
+def _timed_parts(
+    buf_out: torch.Tensor, buf_in: torch.Tensor, send_to: int, receive_from: int, group, timeout
+) -> tuple[float, float]:
+    """``timed_exchange``'s batch: seconds until the receive was in, and until both were done.
+    The receive alone crosses one link, from ``receive_from``'s port to this rank's, where the
+    exchange's time is that of the slower of two (on NCCL the batch ends as one: the same)."""
     ops = [
         dist.P2POp(dist.irecv, buf_in, dist.get_global_rank(group, receive_from), group),
         dist.P2POp(dist.isend, buf_out, dist.get_global_rank(group, send_to), group),
     ]
     began = time.perf_counter()
+    received = None
     for work in dist.batch_isend_irecv(ops):
         bounded.wait(work, group, timeout)
-    if buf_in.is_cuda:
-        torch.cuda.synchronize(buf_in.device)
-    return time.perf_counter() - began
+        if buf_in.is_cuda:
+            torch.cuda.synchronize(buf_in.device)
+        received = time.perf_counter() - began if received is None else received
+    return received, time.perf_counter() - began
 
 
-def _exchange(buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group, timeout) -> float:
-    """The link measurement's exchange: to the next rank, from the previous one."""
-    return timed_exchange(buf_out, buf_in, (rank + 1) % world, (rank - 1) % world, group, timeout)
+def _exchange(
+    buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group, timeout
+) -> tuple[float, float]:
+    """The link measurement's exchange, to the next rank and from the previous one: seconds
+    until the receive was in, and until both were done."""
+    return _timed_parts(buf_out, buf_in, (rank + 1) % world, (rank - 1) % world, group, timeout)
+
+
+def _started_together(
+    buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group, timeout
+) -> tuple[float, float]:
+    """``_exchange`` from a barrier, where the exchange is large: otherwise a rank whose last
+    exchange ended early (its send was in the socket's buffer) posts its receive before the
+    sender is done with its own, and the receive's time is that wait's as much as its link's
+    (two racks of two at 200 Mbit/s, the uplink at half: an in-rack receive took 0.29 s for
+    0.17 s of transfer, in step with the uplink's exchanges)."""
+    if buf_out.numel() > SMALL_BYTES:
+        bounded.barrier(group, timeout)
+    return _exchange(buf_out, buf_in, rank, world, group, timeout)
 
 
 def measure_link(
     group, device: torch.device, reps: int = 9, small_reps: int = 30, timeout: datetime.timedelta | None = None
 ) -> LinkCost:
-    """Every rank of ``group`` together: the slowest link's ``LinkCost`` (the same on all).
+    """Every rank of ``group`` together: the slowest link's ``LinkCost``, with the fastest
+    link's rate as a port's where it stands apart (the same on all).
     Small exchanges cost nothing much, so they are repeated more: the fastest of them is
     ``alpha``, and on a busy machine it takes many tries to catch every rank on a core. Each
     wait ends at ``timeout`` (None: the group's own)."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    times = []
+    times = []  # this rank's fastest small exchange, large exchange, and large receive
     for nbytes, tries in ((SMALL_BYTES, small_reps), (LARGE_BYTES, reps)):
         out = torch.zeros(nbytes, dtype=torch.uint8, device=device)
         into = torch.empty_like(out)
         for _ in range(2):  # warm-up: connections, allocations, first touch
             _exchange(out, into, rank, world, group, timeout)
-        times.append(min(_exchange(out, into, rank, world, group, timeout) for _ in range(tries)))
-    slowest = torch.tensor(times, dtype=torch.float64, device=device)
-    bounded.all_reduce(slowest, group, timeout, op=dist.ReduceOp.MAX)
-    small, large = slowest.tolist()
-    return link_cost(small, large)
+        parts = [_started_together(out, into, rank, world, group, timeout) for _ in range(tries)]
+        times.append(min(both for _, both in parts))
+    times.append(min(received for received, _ in parts))
+    # The slowest exchanges, small and large, and (negated) the fastest large receive: a
+    # receive crosses one link, where every exchange on two racks of two crosses the uplink
+    # one way or the other. One reduction.
+    extremes = torch.tensor([times[0], times[1], -times[2]], dtype=torch.float64, device=device)
+    bounded.all_reduce(extremes, group, timeout, op=dist.ReduceOp.MAX)
+    small, large, fastest = extremes.tolist()
+    return link_cost(small, large, fastest_large_s=-fastest)
 
 
 _MEASURED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -14,8 +14,9 @@ each rank's program (``rank_program``, the executor's own) in simulated time:
   peers for ``ports``, and every earlier step's receive too for ``steps``): it asks the
   executor's own ``IssuePolicy`` (``lptrain.comm.program``), so the two cannot drift;
 * on a slow link those orders also pace: a send to a new peer waits until the earlier
-  steps' bytes would have left the rank's port at the rate the executor measures at start
-  (the slowest link of a ring: on racks, the uplink's), the executor's own ``PortQueue``;
+  steps' bytes would have left the rank's port at a port's rate as the executor measures it
+  at start (the fastest link of a ring: on racks, a port's, not the uplink's;
+  ``port_rate``), the executor's own ``PortQueue``;
 * receives are posted ahead in program order, as the executor's look-ahead posts them: at
   most ``window`` not yet applied, and no further than the issue order allows (under
   ``steps``, a receive only once the receives of earlier steps are in);
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 
 from lptrain.comm.algorithms import message_rule_of
 from lptrain.comm.program import (
+    PORT_APART,
     Action,
     IssuePolicy,
     PortQueue,
@@ -370,7 +372,7 @@ def run_dataflow(
         raise ValueError(f"the schedule has P={schedule.world_size} but the topology {topology.world_size}")
     policy = order if isinstance(order, IssuePolicy) else issue_policy(order)
     if drain_bytes_per_s is None:
-        drain_bytes_per_s = pacing_rate(topology.link_rate or measured_rate(topology))
+        drain_bytes_per_s = pacing_rate(topology.link_rate or measured_rate(topology), port_rate(topology))
     simulation = _Simulation(schedule, topology, segment, itemsize, policy, window, starts, drain_bytes_per_s)
     seconds = simulation.run()
     return DataflowRun(seconds, simulation.shared_arrivals)
@@ -381,6 +383,19 @@ def measured_rate(topology: Topology) -> float:
     with the next rank of a ring, the slowest (``lptrain.comm.transport.measure_link``)."""
     p = topology.world_size
     return min(link.bandwidth for r in range(p) for link in topology.route(r, (r + 1) % p))
+
+
+def port_rate(topology: Topology) -> float:
+    """A port's rate as the executor would measure it at start on ``topology``
+    (``topology.port_rate`` where it was measured): the fastest exchange of the ring where
+    it stands ``PORT_APART`` above the slowest, else the slowest
+    (``lptrain.comm.transport.measure_link``)."""
+    slowest = topology.link_rate or measured_rate(topology)
+    if topology.port_rate is not None:
+        return topology.port_rate
+    p = topology.world_size
+    fastest = max(min(link.bandwidth for link in topology.route(r, (r + 1) % p)) for r in range(p))
+    return fastest if fastest >= PORT_APART * slowest else slowest
 
 
 def auto_segment(schedule: Schedule, topology: Topology, itemsize: int = 4) -> int:

@@ -70,6 +70,9 @@ class Topology:
     # Bytes per second the executor measured at start, which it cuts its segments by; None:
     # the slowest link of a ring over the model (lptrain.sim.dataflow.measured_rate).
     link_rate: float | None = None
+    # A port's bytes per second as measured at start, which the executor paces sends at; None:
+    # the fastest link of a ring over the model, where it stands apart (lptrain.sim.dataflow.port_rate).
+    port_rate: float | None = None
     # Ranks that share a switch behind a thinner link (racks), each group in rank order; None
     # where no group stands out. What a rank order keeps together (lptrain.auto).
     groups: tuple[tuple[int, ...], ...] | None = None

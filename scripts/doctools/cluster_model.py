@@ -135,8 +135,9 @@ def topology_of(row: dict, bandwidth: float, overhead: float, bucket: bool = Tru
     the port at ``bandwidth``, ``overhead`` s per message, and every node's port the token
     bucket it was shaped with (``bucket_bytes``), which lets an idle port pass that much at
     once (``bucket=False``: real links, no bucket). The racks' uplinks are shaped the same
-    way but priced with no bucket: how the emulated uplinks carry traffic both ways is not
-    settled (the BE and MST rows on racks), and their bucket moves those rows further off."""
+    way but priced with no bucket: priced with theirs, the racks' rows move further off (in
+    the grid of 2026-12-06 the largest miss of LP, auto and BE on racks each grew by 2 to 8
+    points)."""
     from lptrain.sim.topology import oneport, racks
 
     p, layout = row["nodes"], layout_of(row)
