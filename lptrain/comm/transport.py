@@ -11,10 +11,12 @@ large one's extra time per byte is ``beta`` (the fastest, not the median: on a b
 machine a process waiting for its turn on a core only ever adds time, and on two cores
 shared by four processes a median small exchange measured 2.6 ms where the fastest took
 a few tens of microseconds); and the ranks take the slowest link's figures (the pipeline
-goes at its pace), so that all of them cut the message into the same blocks. They also keep
-the fastest large exchange, a port's own rate where some neighbours of the ring share a rack
-and others cross a thinner uplink: a rank's sends leave its port at that rate, and the
-executor paces them by it (``lptrain.comm.program.pacing_rate``).
+goes at its pace), so that all of them cut the message into the same blocks. A few more
+large exchanges, each started from a barrier, give the fastest *receive*: a port's own rate
+where some neighbours of the ring share a rack and others cross a thinner uplink (on two
+racks of two every exchange crosses the uplink one way or the other, but half the receives
+do not). A rank's sends leave its port at that rate, and the executor paces them by it
+(``lptrain.comm.program.pacing_rate``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from lptrain.comm.program import PORT_APART
 
 SMALL_BYTES = 8
 LARGE_BYTES = 4 << 20
+# Barrier-started large exchanges for a port's rate: apart from the others, so the slowest
+# link's figures come from back-to-back exchanges as before (a barrier lets a shaped port's
+# token bucket refill, and the 4 MiB exchange then reads a few percent faster: 26.0 MB/s on
+# a 25 MB/s port, near where the segment and LP's block would double).
+PORT_REPS = 5
 
 
 @dataclass(frozen=True)
@@ -122,18 +129,22 @@ def _exchange(
 def _started_together(
     buf_out: torch.Tensor, buf_in: torch.Tensor, rank: int, world: int, group, timeout
 ) -> tuple[float, float]:
-    """``_exchange`` from a barrier, where the exchange is large: otherwise a rank whose last
-    exchange ended early (its send was in the socket's buffer) posts its receive before the
-    sender is done with its own, and the receive's time is that wait's as much as its link's
-    (two racks of two at 200 Mbit/s, the uplink at half: an in-rack receive took 0.29 s for
-    0.17 s of transfer, in step with the uplink's exchanges)."""
-    if buf_out.numel() > SMALL_BYTES:
-        bounded.barrier(group, timeout)
+    """``_exchange`` from a barrier: back to back, a rank whose last exchange ended early (its
+    send was in the socket's buffer) posts its receive before the sender is done with its
+    own, and the receive's time is that wait's as much as its link's (two racks of two at
+    200 Mbit/s, the uplink at half: an in-rack receive took 0.29 s for 0.17 s of transfer,
+    in step with the uplink's exchanges)."""
+    bounded.barrier(group, timeout)
     return _exchange(buf_out, buf_in, rank, world, group, timeout)
 
 
 def measure_link(
-    group, device: torch.device, reps: int = 9, small_reps: int = 30, timeout: datetime.timedelta | None = None
+    group,
+    device: torch.device,
+    reps: int = 9,
+    small_reps: int = 30,
+    timeout: datetime.timedelta | None = None,
+    port_reps: int = PORT_REPS,
 ) -> LinkCost:
     """Every rank of ``group`` together: the slowest link's ``LinkCost``, with the fastest
     link's rate as a port's where it stands apart (the same on all).
@@ -147,9 +158,8 @@ def measure_link(
         into = torch.empty_like(out)
         for _ in range(2):  # warm-up: connections, allocations, first touch
             _exchange(out, into, rank, world, group, timeout)
-        parts = [_started_together(out, into, rank, world, group, timeout) for _ in range(tries)]
-        times.append(min(both for _, both in parts))
-    times.append(min(received for received, _ in parts))
+        times.append(min(_exchange(out, into, rank, world, group, timeout)[1] for _ in range(tries)))
+    times.append(min(_started_together(out, into, rank, world, group, timeout)[0] for _ in range(port_reps)))
     # The slowest exchanges, small and large, and (negated) the fastest large receive: a
     # receive crosses one link, where every exchange on two racks of two crosses the uplink
     # one way or the other. One reduction.
