@@ -111,11 +111,18 @@ MIN_PIPELINE_BLOCK_BYTES = 128 << 10
 # 138), but over 2 processes it lost 17% (ring 40 -> 49 ms), the addition of a whole share no
 # longer overlapping the transfer of the next segment (2-core machine, 2026-12-05, 8 calls each).
 FAST_LINK_BYTES_PER_S = 500e6
-# The fastest exchange of the ring measured at start counts as a port's own rate, apart from
+# The fastest receive of the ring measured at start counts as a port's own rate, apart from
 # the slowest link's, only this much above it: below it the two differ by noise (the ranks'
 # exchanges on the emulated star differ by a few percent), and one figure is kept. Racks
 # joined by uplinks at half a port or less stand apart (``pacing_rate``).
 PORT_APART = 1.25
+
+
+def port_apart(slowest_bytes_per_s: float, fastest_bytes_per_s: float) -> float | None:
+    """The fastest link's rate as a port's own where it stands ``PORT_APART`` above the
+    slowest link's, else None (one figure): the executor's measurement and the simulator's
+    model of it both ask here."""
+    return fastest_bytes_per_s if fastest_bytes_per_s >= PORT_APART * slowest_bytes_per_s else None
 
 
 def fast_link(bytes_per_s: float | None) -> bool:

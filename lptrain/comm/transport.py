@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from lptrain.comm import bounded
-from lptrain.comm.program import PORT_APART
+from lptrain.comm.program import port_apart
 
 SMALL_BYTES = 8
 LARGE_BYTES = 4 << 20
@@ -47,7 +47,7 @@ class LinkCost:
 
     alpha_s: float
     beta_s_per_byte: float  # the slowest link of the ring measured
-    # A port's, where the ring's fastest link was at least PORT_APART faster (None: the same)
+    # A port's, where the ring's fastest receive stood apart from the slowest (None: one figure)
     port_beta_s_per_byte: float | None = None
 
     def describe(self) -> str:
@@ -66,7 +66,7 @@ def link_cost(
 ) -> LinkCost:
     """Latency and inverse bandwidth from the times of a tiny and a large exchange, the
     slowest link's; with ``fastest_large_s``, the fastest link's large exchange, a port's
-    inverse bandwidth too where it is ``PORT_APART`` faster.
+    inverse bandwidth too where it stands apart (``lptrain.comm.program.port_apart``).
 
     Where noise leaves the large exchange no slower than twice the small one, its whole
     time is taken as transfer time: a pessimistic bandwidth rather than an infinite one.
@@ -78,8 +78,8 @@ def link_cost(
         return max(moving, 1e-9) / large_bytes
 
     beta = per_byte(large_s)
-    port = per_byte(fastest_large_s) if fastest_large_s is not None else beta
-    return LinkCost(alpha, beta, port if beta >= PORT_APART * port else None)
+    port = port_apart(1 / beta, 1 / per_byte(fastest_large_s)) if fastest_large_s is not None else None
+    return LinkCost(alpha, beta, 1 / port if port is not None else None)
 
 
 def timed_exchange(

@@ -46,13 +46,13 @@ from dataclasses import dataclass
 
 from lptrain.comm.algorithms import message_rule_of
 from lptrain.comm.program import (
-    PORT_APART,
     Action,
     IssuePolicy,
     PortQueue,
     auto_segment_bytes,
     issue_policy,
     pacing_rate,
+    port_apart,
     rank_program,
 )
 from lptrain.comm.schedule import Kind, Schedule
@@ -372,7 +372,8 @@ def run_dataflow(
         raise ValueError(f"the schedule has P={schedule.world_size} but the topology {topology.world_size}")
     policy = order if isinstance(order, IssuePolicy) else issue_policy(order)
     if drain_bytes_per_s is None:
-        drain_bytes_per_s = pacing_rate(topology.link_rate or measured_rate(topology), port_rate(topology))
+        slowest = topology.link_rate or measured_rate(topology)
+        drain_bytes_per_s = pacing_rate(slowest, port_rate(topology, slowest))
     simulation = _Simulation(schedule, topology, segment, itemsize, policy, window, starts, drain_bytes_per_s)
     seconds = simulation.run()
     return DataflowRun(seconds, simulation.shared_arrivals)
@@ -385,17 +386,17 @@ def measured_rate(topology: Topology) -> float:
     return min(link.bandwidth for r in range(p) for link in topology.route(r, (r + 1) % p))
 
 
-def port_rate(topology: Topology) -> float:
+def port_rate(topology: Topology, slowest: float | None = None) -> float:
     """A port's rate as the executor would measure it at start on ``topology``
-    (``topology.port_rate`` where it was measured): the fastest exchange of the ring where
-    it stands ``PORT_APART`` above the slowest, else the slowest
-    (``lptrain.comm.transport.measure_link``)."""
-    slowest = topology.link_rate or measured_rate(topology)
+    (``topology.port_rate`` where it was measured): the fastest receive of the ring where it
+    stands apart from the ``slowest`` link (``lptrain.comm.program.port_apart``; by default
+    ``measured_rate``), else the slowest (``lptrain.comm.transport.measure_link``)."""
     if topology.port_rate is not None:
         return topology.port_rate
+    slowest = slowest or topology.link_rate or measured_rate(topology)
     p = topology.world_size
-    fastest = max(min(link.bandwidth for link in topology.route(r, (r + 1) % p)) for r in range(p))
-    return fastest if fastest >= PORT_APART * slowest else slowest
+    fastest = max(min(link.bandwidth for link in topology.route((r - 1) % p, r)) for r in range(p))
+    return port_apart(slowest, fastest) or slowest
 
 
 def auto_segment(schedule: Schedule, topology: Topology, itemsize: int = 4) -> int:
