@@ -275,38 +275,29 @@ def _misses(s: dict) -> list[str]:
     on_racks = [r for r in s["held"] if layout_of(r) != ex.STAR and r["algo"] in ("be", "mst")]
     slower = [r for r in racks if r["error"] < 0]
     if slower:
-        cases = ", ".join(f"{r['algo']} on {layout_of(r).describe()} at P = {r['nodes']}, "
-                          f"{tb.size_label(r['size'])} ({r['error']:+.0%})" for r in slower)  # fmt: skip
-        large = [
-            abs(r["error"]) for r in on_racks if r["algo"] == "be" and r["size"] == max(x["size"] for x in on_racks)
-        ]
+        largest = max(r["size"] for r in on_racks)
+        large = [abs(r["error"]) for r in on_racks if r["algo"] == "be" and r["size"] == largest]
         out.append(
-            f"- {_algos_named(slower)} on racks, slower than the model ({cases}): the measurement is the suspect. "
-            "Their steps "
-            "send several connections across one uplink direction at once, both ways on each, and such exchanges "
-            f"vary from run to run. BE's rows of {tb.size_label(max(r['size'] for r in on_racks))} on racks are "
-            f"within {max(large, default=0):.0%} of the model, and the "
-            "same BE allreduce on 2 racks at P = 8 with uplinks at a quarter of a port, 4 MiB, took 5.48, 6.18, 6.22 "
-            "and 7.53 n/B in four runs one after another on 2026-12-06 (`lptrain-cluster --nodes 8 --layout racks "
-            "--racks 2 --link 200mbit --uplink 50mbit -- lptrain-bench --op allreduce -b 4M -e 16M -f 4 --algo be "
-            "-n 1 --trials 4 --segment-size 1M|512K|256K|2M`, a fixed message size: no link measured, no pacing; "
-            "the model "
-            "5.56 in 1 MiB messages), where 5.5 n/B is "
-            "the uplinks' own bound. Earlier, a raw TCP exchange of 1 MiB each way over two connections across a "
-            "10 Mbit/s uplink took 0.94x to 1.77x its ideal time."
+            f"- {_algos_named(slower)} on racks, slower than the model ({_racks_cases(slower)}): the measurement is "
+            "the suspect. Their steps send several connections across one uplink direction at once, both ways on "
+            f"each, and such exchanges vary from run to run. BE's rows of {tb.size_label(largest)} on racks are "
+            f"within {max(large, default=0):.0%} of the model, and the same BE allreduce on 2 racks at P = 8 with "
+            "uplinks at a quarter of a port, 4 MiB, took 5.48, 6.18, 6.22 and 7.53 n/B in four runs one after "
+            "another on 2026-12-06 (`lptrain-cluster --nodes 8 --layout racks --racks 2 --link 200mbit --uplink "
+            "50mbit -- lptrain-bench --op allreduce -b 4M -e 16M -f 4 --algo be -n 1 --trials 4 --segment-size "
+            "1M|512K|256K|2M`, a fixed message size: no link measured, no pacing; the model 5.56 in 1 MiB "
+            "messages), where 5.5 n/B is the uplinks' own bound. Earlier, a raw TCP exchange of 1 MiB each way over "
+            "two connections across a 10 Mbit/s uplink took 0.94x to 1.77x its ideal time."
         )
     faster = [r for r in racks if r["error"] > 0]
     if faster:
-        cases = ", ".join(f"{r['algo']} on {layout_of(r).describe()} at P = {r['nodes']}, "
-                          f"{tb.size_label(r['size'])} ({r['error']:+.0%})" for r in faster)  # fmt: skip
         near = [abs(r["error"]) for r in on_racks if r not in racks]
         out.append(
-            f"- {_algos_named(faster)} on racks, faster than the model ({cases}): which side is wrong is not found. "
-            "Their "
-            f"{len(near)} other rows on racks are within {max(near, default=0):.0%}, with the executor's sends "
-            "paced at a port's rate as "
-            "measured at start (the model prices that pacing as it does; where every link of the ring crosses an "
-            "uplink, one node to a rack, the port measured is the uplink)."
+            f"- {_algos_named(faster)} on racks, faster than the model ({_racks_cases(faster)}): which side is wrong "
+            f"is not found. Their {len(near)} other rows on racks are within {max(near, default=0):.0%}, with the "
+            "executor's sends paced at a port's rate as measured at start (the model prices that pacing as it "
+            "does; where every link of the ring crosses an uplink, one node to a rack, the port measured is the "
+            "uplink)."
         )
     if small_blocks:
         out.append(_small_blocks_words(small_blocks, s["held"]))
@@ -449,6 +440,14 @@ def _rb_twin(row: dict, held: list[dict]) -> dict | None:
 def _algos_named(rows: list[dict]) -> str:
     """The rows' algorithms by name, as the text calls them (BE and MST)."""
     return " and ".join(sorted({r["algo"].upper() for r in rows}))
+
+
+def _racks_cases(rows: list[dict]) -> str:
+    """Rows on racks named by algorithm, layout, P and size, each with its error."""
+    return ", ".join(
+        f"{r['algo']} on {layout_of(r).describe()} at P = {r['nodes']}, {tb.size_label(r['size'])} ({r['error']:+.0%})"
+        for r in rows
+    )
 
 
 def _cases(rows: list[dict], figure) -> str:

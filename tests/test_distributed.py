@@ -127,10 +127,10 @@ def test_a_fast_link_gets_the_share_per_message_unpaced_and_a_slow_one_short_pac
     assert pacing_rate(6.25e6, 25e6) == 25e6 and pacing_rate(3e9, 3e9) == 0.0
 
 
-def test_the_link_measured_keeps_the_fastest_exchange_of_the_ring_as_a_ports_rate():
+def test_the_link_measured_keeps_the_fastest_receive_of_the_ring_as_a_ports_rate():
     """The ranks cut their messages by the ring's slowest link, and pace their sends at its
-    fastest (a port's, where some neighbours share a rack); where every exchange took as
-    long, the two are one figure."""
+    fastest receive (a port's, where some neighbours share a rack); where it is not 1.25x
+    apart from the slowest, the two are one figure."""
     from lptrain.comm.distributed import link_rate, port_rate
     from lptrain.comm.transport import link_cost
 
