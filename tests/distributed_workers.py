@@ -138,7 +138,7 @@ def measured_blocks(rank: int, world: int, store: str, out: str) -> None:
     check_close(t, sum(p.double() for p in parts), parts, "lp with measured blocks")
     # its reduce-then-broadcast allreduce holds the broadcast back until the reduce is in
     rb = build_communicator("lp", process_group=dist.group.WORLD, timeout_s=30, allreduce="reduce_broadcast")
-    assert comm.issue_order["allreduce"] == "ends" and rb.issue_order["allreduce"] == "phases", rb.issue_order
+    assert comm.issue_order["allreduce"] == "eager" and rb.issue_order["allreduce"] == "phases", rb.issue_order
     t = inputs(rank, 100_003, torch.float32, 5)
     rb.allreduce(t)
     check_close(t, sum(p.double() for p in parts), parts, "lp reduce_broadcast with measured blocks")

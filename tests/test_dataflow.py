@@ -18,7 +18,6 @@ import torch
 
 from lptrain.comm.algorithms import MODULES, SCHEDULES, WITH_VARIANTS, be, issue_order, issue_orders, lp, mst, ring
 from lptrain.comm.dataflow import Profile, StagingPool, rank_program, run_program
-from lptrain.comm.program import issue_policy
 from lptrain.comm.schedule import Kind, Schedule
 
 
@@ -411,59 +410,6 @@ def test_an_issue_order_holds_back_the_sends_it_should(algo, op, order):
         run_program(program, torch.zeros(61), isend=isend, irecv=irecv, wait=done, pool=StagingPool(),
                     segment_bytes=16, window=16, num_steps=schedule.num_steps, order=order)  # fmt: skip
         assert not broken, f"{algo} {op} rank {r}: {broken[0]}"
-
-
-def _sends_ahead_of_earlier_receives(program, count: int, num_steps: int, order: str, drain: float, lag: int) -> int:
-    """Run one rank's ``program``: how many of its sends were issued while a receive of a
-    step more than ``lag`` before the send's was still posted and not yet in (handles
-    complete only when waited for)."""
-    pending: dict[int, object] = {}  # id(handle) -> the receive
-    recvs = iter([a for a in program if not a.send])
-    sends = iter([a for a in program if a.send])
-    ahead = 0
-
-    def isend(buf, peer):
-        nonlocal ahead
-        a = next(sends)
-        ahead += any(r.step < a.step - lag for r in pending.values())
-        return object()
-
-    def irecv(buf, peer):
-        handle = object()
-        pending[id(handle)] = next(recvs)
-        return handle
-
-    def done(handle, what):
-        pending.pop(id(handle), None)
-
-    run_program(program, torch.zeros(count), isend=isend, irecv=irecv, wait=done, pool=StagingPool(),
-                segment_bytes=16, window=16, num_steps=num_steps, order=order, drain_bytes_per_s=drain)  # fmt: skip
-    return ahead
-
-
-@pytest.mark.parametrize("p", [2, 4, 7])
-def test_lps_allreduce_holds_the_chains_ends_to_their_returning_blocks_on_a_slow_link(p):
-    """The overlapped chain's head waits for nothing else, so on a paced link it sent the
-    reduce at a port's full rate into the next rank's port, which the returning broadcast
-    shares, and the shaped port's FIFO filled (docs/PAPER_RESULTS.md). LP's allreduce order
-    (``ends``) holds each send of a rank with one peer until its receives of the steps more
-    than ``receive_lag`` before it are in; the middle ranks keep their slack, and on a fast
-    link nothing is held."""
-    order = issue_order("lp", "allreduce")
-    lag = issue_policy(order).receive_lag
-    schedule = lp.allreduce(p, 61, block=2)
-    for r in range(p):
-        program = rank_program(schedule, r, 2)
-        end = r in (0, p - 1)
-        behind = lag if end else 0  # the middle: any earlier step's receive still out
-        paced = _sends_ahead_of_earlier_receives(program, 61, schedule.num_steps, order, drain=25e6, lag=behind)
-        fast = _sends_ahead_of_earlier_receives(program, 61, schedule.num_steps, order, drain=0.0, lag=behind)
-        if end:
-            assert paced == 0, f"rank {r} of {p}: {paced} sends ahead of a receive more than {lag} steps back"
-        else:
-            assert paced == fast > 0, f"rank {r} of {p}: {paced} sends ahead paced, {fast} on a fast link"
-        if r == 0:
-            assert fast > 0, f"the head held on a fast link ({fast})"
 
 
 class _FakeTime:

@@ -11,7 +11,7 @@ from lptrain.comm import program as programs
 from lptrain.comm.dataflow import StagingPool, run_program
 from lptrain.comm.program import ISSUE_ORDERS, IssuePolicy, Waits, issue_policy, rank_program
 from lptrain.comm.schedule import Kind, Schedule, Transfer
-from lptrain.sim.dataflow import run_dataflow, simulate_dataflow
+from lptrain.sim.dataflow import simulate_dataflow
 from lptrain.sim.topology import private
 
 C, R = Kind.COPY, Kind.REDUCE
@@ -41,8 +41,6 @@ for _send in EXPECTED.values():  # a gather's sends wait as under "ports"; only 
     _send["gather"] = _send["ports"]
     # phases: the earlier steps' receives as under "steps", no earlier sends
     _send["phases"] = (_send["eager"][0], (), _send["steps"][2])
-    # ends: as eager on a rank with two peers such as this one (``for_rank`` has the one-peer case)
-    _send["ends"] = _send["eager"]
 
 
 def test_the_hand_made_program_is_the_one_the_expectations_describe():
@@ -183,7 +181,7 @@ def test_lps_reduce_then_broadcast_holds_its_broadcast_until_the_reduce_is_in():
 
     assert issue_order("lp-rb", "allreduce") == "phases"
     assert issue_order("lp", "allreduce", {"allreduce": "reduce_broadcast"}) == "phases"
-    assert issue_order("lp", "allreduce") == "ends" and issue_order("lp-rb", "reduce") == "eager"
+    assert issue_order("lp", "allreduce") == "eager" and issue_order("lp-rb", "reduce") == "eager"
     p, count, block, segment = 4, 1 << 20, 32 << 10, 16 << 10  # elements: 4 MiB, 128 KiB, 64 KiB of float32
     topology = oneport(p, bandwidth=25e6, latency=0.0, overhead=0.0, gamma=0.0)
     one_way = sum(simulate_dataflow(getattr(lp, op)(p, count, 0, block=block), topology, segment)
@@ -191,47 +189,3 @@ def test_lps_reduce_then_broadcast_holds_its_broadcast_until_the_reduce_is_in():
     rb = lp.allreduce(p, count, block=block, mode="reduce_broadcast")
     assert simulate_dataflow(rb, topology, segment, order="eager") > 1.07 * one_way
     assert simulate_dataflow(rb, topology, segment, order=issue_order("lp-rb", "allreduce")) < 1.04 * one_way
-
-
-def test_ends_holds_the_sends_of_a_rank_with_one_peer_and_only_on_a_paced_link():
-    """LP's overlapped allreduce (``ends``): the chain's two ends wait, before each send, for
-    their receives of the steps more than ``receive_lag`` before it (``phases`` with that
-    lag) where the link is paced; the middle ranks, and every rank on a fast link, send as
-    soon as their data is in."""
-    from dataclasses import replace
-
-    from lptrain.comm.algorithms import issue_order, lp
-
-    ends, eager = issue_policy("ends"), issue_policy("eager")
-    phases = replace(issue_policy("phases"), receive_lag=ends.receive_lag)
-    assert ends.receive_lag > 0
-    schedule = lp.allreduce(4, 40, block=5)
-    for r in range(4):
-        program = rank_program(schedule, r, 5)
-        held = ends.for_rank(program, paced=True)
-        like = phases if r in (0, 3) else eager
-        sends = [a for a in program if a.send]
-        assert [held.waits(program, a) for a in sends] == [like.waits(program, a) for a in sends], f"rank {r}"
-        assert held.waits_for_receives == (r in (0, 3)), f"rank {r}"
-        assert ends.for_rank(program, paced=False) is ends
-    assert issue_order("lp", "allreduce") == "ends"
-
-
-def test_the_simulator_holds_the_chains_ends_only_where_the_executor_does():
-    """The simulator asks ``for_rank`` as the executor does: unpaced, ``ends`` prices an
-    allreduce of two ranks (both ends) as ``eager``; paced, as ``phases`` with ``ends``'s
-    lag, which over a link of long latency keeps fewer blocks in flight and takes longer."""
-    from dataclasses import replace
-
-    from lptrain.comm.algorithms import lp
-
-    count, block = 1 << 12, 1 << 7
-    topology = private(2, bandwidth=1e6, latency=5e-3, overhead=0.0, gamma=0.0)
-    schedule = lp.allreduce(2, count, block=block)
-    orders = {"ends": "ends", "eager": "eager", "held": replace(issue_policy("phases"), receive_lag=2)}
-    for drain in (0.0, 1e6):
-        times = {name: run_dataflow(schedule, topology, block, order=o, drain_bytes_per_s=drain).seconds
-                 for name, o in orders.items()}  # fmt: skip
-        like = "held" if drain else "eager"
-        assert times["ends"] == pytest.approx(times[like]), (drain, times)
-    assert times["held"] > 1.2 * times["eager"], times

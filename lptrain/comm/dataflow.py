@@ -243,8 +243,7 @@ class Dataflow:
         drain_bytes_per_s: float = 0.0,
         stage_ahead: bool = True,
     ) -> None:
-        self.program, self.call = program, call
-        self.policy = policy.for_rank(program, paced=drain_bytes_per_s > 0)
+        self.program, self.call, self.policy = program, call, policy
         self.isend, self.irecv, self.window = isend, irecv, window
         self.stage_ahead = stage_ahead
         self.posted: deque[_Posted] = deque()

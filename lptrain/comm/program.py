@@ -38,22 +38,6 @@ may overlap:
   uplinks at a quarter of a port (8.79 -> 8.56 and 8.33 -> 8.60 over 8 nodes in 4 racks);
   the overlapped lp, unchanged, read 2.68 and 2.45 over 4 nodes and 2.44 and 2.29 over 16
   at 4 MiB in the same two runs;
-* ``ends``: ``eager``, and on a paced (slow) link a rank whose program has one peer, a
-  chain's end, holds each send until its receives of the steps more than ``receive_lag``
-  (2) before the send's are in (LP's overlapped allreduce). The head waits for nothing
-  else: eager, it sent the reduce at a port's full rate into the next rank's port, which
-  the returning broadcast shares, and that port's FIFO held up to 750 KB ahead of the
-  broadcast (docs/PAPER_RESULTS.md). Held, the head sends no faster than the broadcast
-  comes back; the lag of two steps leaves the slack a late return needs. Measured on the
-  emulated cluster (200 Mbit/s ports, 2-core host, 2026-12-06, `lptrain-bench --op
-  allreduce -b 4M -e 16M -f 4 --algo lp -n 1 --trials 5`, the held and the eager executor
-  run by turns, n/B at 4 and 16 MiB): over 4 nodes 2.18, 2.22, 2.19 and 2.17, 2.17, 2.15
-  held against 2.49, 2.49, 2.32 and 2.16, 2.19, 2.16 eager; held with no lag, 2.33 and 2.25
-  against 2.42 and 2.15 (medians of 5 pairs): the 16 MiB call lost what the 4 MiB one won.
-  Over 8 nodes, 2.27, 2.25 and 2.22, 2.17 against 2.34, 2.33 and 2.17, 2.17; over 16,
-  2.32, 2.39 and 2.23, 2.25 against 2.38, 2.36 and 2.20, 2.25; over 2 racks of 4 with
-  uplinks at half a port (where comm=auto runs LP), 2.63, 2.47 and 2.22, 2.22 against 2.57,
-  2.56 and 2.24, 2.25: a win over few nodes at 4 MiB, even elsewhere;
 * ``gather``: ``ports``, and receives pending from at most two peers at once (the ring
   reduce's last step, where every other rank sends its chunk to the root). Posted all at
   once, the P - 1 senders start together into the root's port, and now and then their
@@ -73,7 +57,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 from lptrain.comm.schedule import Kind, Schedule
@@ -291,18 +275,6 @@ class IssuePolicy:
     waits_for_receives: bool  # earlier steps' receives
     posts_after_receives: bool = False  # a receive is posted only once earlier steps' receives are in
     receiving_peers: int = 0  # receives pending from at most this many peers at once (0: any)
-    ends_wait_for_receives: bool = False  # on a paced link, a rank with one peer as under ``phases``
-    receive_lag: int = 0  # a send waits for the receives of steps more than this before its own
-
-    def for_rank(self, program: Sequence[Action], paced: bool) -> IssuePolicy:
-        """The policy one rank runs ``program`` under: ``ends`` makes a rank whose program has
-        one peer (a chain's end) wait for the receives of the steps more than ``receive_lag``
-        before each send's, where the link is slow enough to be paced (``paced``; on a fast
-        link the CPU sets the time and holding a send only idles it); every other order is
-        the same on every rank."""
-        if self.ends_wait_for_receives and paced and len({a.peer for a in program}) == 1:
-            return replace(self, waits_for_receives=True)
-        return self
 
     def may_post(self, receive: Action, pending: Iterable[Action]) -> bool:
         """Whether ``receive`` may be posted now, with the ``pending`` receives (posted, not yet
@@ -335,7 +307,7 @@ class IssuePolicy:
         executor, applied) before ``send`` is issued."""
         if not self.waits_for_receives:
             return []
-        return [r for r in earlier if not r.send and r.step < send.step - self.receive_lag]
+        return [r for r in earlier if not r.send and r.step < send.step]
 
     def waits(self, program: Sequence[Action], send: Action) -> Waits:
         """Every earlier action of ``program`` that ``send`` waits for: the answers above over the
@@ -354,9 +326,6 @@ ISSUE_POLICIES: dict[str, IssuePolicy] = {
     "steps": IssuePolicy("steps", waits_for_sends=True, waits_for_receives=True, posts_after_receives=True),
     "gather": IssuePolicy("gather", waits_for_sends=True, waits_for_receives=False, receiving_peers=2),
     "phases": IssuePolicy("phases", waits_for_sends=False, waits_for_receives=True),
-    "ends": IssuePolicy(
-        "ends", waits_for_sends=False, waits_for_receives=False, ends_wait_for_receives=True, receive_lag=2
-    ),
 }
 ISSUE_ORDERS = tuple(ISSUE_POLICIES)  # the names an algorithm's ISSUE_ORDER may use
 

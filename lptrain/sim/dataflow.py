@@ -96,10 +96,9 @@ def fair_rates(flows: list[_Flow]) -> None:
 class _Rank:
     """One rank's place in its program and its clock (when its CPU is next free)."""
 
-    def __init__(self, rank: int, program: tuple[Action, ...], policy: IssuePolicy) -> None:
+    def __init__(self, rank: int, program: tuple[Action, ...]) -> None:
         self.rank = rank
         self.program = program
-        self.policy = policy  # the issue order as this rank runs it (``IssuePolicy.for_rank``)
         self.pc = 0
         self.lookahead = 0  # the next action the look-ahead may post (a receive) or skip (a send)
         self.clock = 0.0
@@ -130,10 +129,8 @@ class _Simulation:
         starts: Sequence[float] | None = None,
         drain_bytes_per_s: float = 0.0,
     ):
-        self.topology, self.itemsize, self.window = topology, itemsize, window
-        programs = [rank_program(schedule, r, segment) for r in range(schedule.world_size)]
-        paced = drain_bytes_per_s > 0
-        self.ranks = [_Rank(r, program, policy.for_rank(program, paced)) for r, program in enumerate(programs)]
+        self.topology, self.itemsize, self.policy, self.window = topology, itemsize, policy, window
+        self.ranks = [_Rank(r, rank_program(schedule, r, segment)) for r in range(schedule.world_size)]
         for rank, late in zip(self.ranks, starts or ()):
             rank.clock = late
         for rank in self.ranks:
@@ -176,7 +173,7 @@ class _Simulation:
             a = rank.program[rank.pc]
             if not a.send:
                 if a.index >= rank.lookahead:  # not posted by the look-ahead: post it now, once it may be
-                    while not rank.policy.may_post(a, rank.unapplied):
+                    while not self.policy.may_post(a, rank.unapplied):
                         if not self.apply_oldest(rank):
                             return
                     self.post_receive(rank, a)
@@ -203,7 +200,7 @@ class _Simulation:
         while rank.lookahead < len(rank.program) and len(rank.unapplied) < self.window:
             a = rank.program[rank.lookahead]
             if not a.send:
-                if not rank.policy.may_post(a, rank.unapplied):
+                if not self.policy.may_post(a, rank.unapplied):
                     return
                 self.post_receive(rank, a)
             rank.lookahead += 1
@@ -226,18 +223,18 @@ class _Simulation:
     def wait_before_send(self, rank: _Rank, a: Action) -> bool:
         """Whether ``rank`` may issue ``a`` now, after what the issue policy makes it wait for
         (False: something has not arrived or left yet, and the rank waits)."""
-        while rank.policy.applies_first(a, rank.unapplied):
+        while self.policy.applies_first(a, rank.unapplied):
             if not self.apply_oldest(rank):
                 return False
-        if rank.policy.waits_for_sends:
-            earlier = [rank.issued[i][1] for i in rank.policy.sends_first(a, rank.issued)]
+        if self.policy.waits_for_sends:
+            earlier = [rank.issued[i][1] for i in self.policy.sends_first(a, rank.issued)]
             if any(k not in self.delivered for k in earlier):
                 return False
             rank.clock = max([rank.clock, *(self.delivered[k] for k in earlier)])
             if rank.port is not None:  # paced: the earlier steps' bytes have left at the measured rate
                 rank.clock = max(rank.clock, rank.port.drained(a))
-        if rank.policy.waits_for_receives:
-            before = [rank.recv_key[p.index] for p in rank.policy.receives_first(a, rank.program[: a.index])]
+        if self.policy.waits_for_receives:
+            before = [rank.recv_key[p.index] for p in self.policy.receives_first(a, rank.program[: a.index])]
             if any(k not in self.arrived for k in before):
                 return False
             rank.clock = max([rank.clock, *(self.arrived[k] for k in before)])

@@ -28,9 +28,8 @@ from lptrain.comm.sizes import parse_size
 
 NAME = "lp"
 # How the multi-process executor may overlap steps (lptrain.comm.program.ISSUE_POLICIES):
-# the chain's pipeline is the point: every rank forwards each segment the moment it is in;
-# on a slow link the overlapped allreduce's two ends keep to the returning blocks (``ends``).
-ISSUE_ORDER = {"broadcast": "eager", "reduce": "eager", "allreduce": "ends"}
+# the chain's pipeline is the point: every rank forwards each segment the moment it is in.
+ISSUE_ORDER = {"broadcast": "eager", "reduce": "eager", "allreduce": "eager"}
 ALLREDUCE_MODES = ("overlapped", "reduce_broadcast")
 
 
