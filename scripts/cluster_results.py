@@ -9,8 +9,9 @@ docs/PAPER_RESULTS.md between ``<!-- cluster:paper -->`` markers, and the figure
 docs/figures/cluster_time_vs_p.png. The measurements are ``scripts/doctools/cluster_experiment.py``,
 the simulator's side ``cluster_model.py``, the tables ``cluster_tables.py``.
 
-    python scripts/cluster_results.py                      # everything, about 90 minutes
+    python scripts/cluster_results.py                      # everything, about 2 hours
     python scripts/cluster_results.py --only racks --rack-nodes 8
+    python scripts/cluster_results.py --only pipeline      # LP at a quarter of the rate, P = 2 to 16, 30 minutes
     python scripts/cluster_results.py --only bench --nodes 2,4,8
     python scripts/cluster_results.py --render             # tables again from the JSON, no runs
 """
@@ -64,6 +65,7 @@ def _star_section(data: dict) -> list[str]:
             lines.append(f"- LP {op} at {tb.size_label(size)}: {lo:.2f} to {hi:.2f} n/B over P = {nodes[0]} to "
                          f"{nodes[-1]}, {held} (BE {blo:.2f} to {bhi:.2f}).")  # fmt: skip
     lines += _rate_lines(data)
+    lines += _quarter_lines(data)
     auto = tb.auto_against_gloo(data)
     if auto:
         ratio, worst = auto
@@ -97,6 +99,37 @@ def _rate_lines(data: dict) -> list[str]:
         "half): a cost fixed in seconds, such as the fill's hops waiting for the host's cores, halves in n/B with "
         "the rate, so what stays is in the transfer itself, which TCP's congestion control sets on these links "
         "(docs/distributed.md, `lptrain-cluster --congestion`)."
+    ]
+
+
+def _quarter_lines(data: dict) -> list[str]:
+    """LP's broadcast and reduce at a quarter of the rate, every P (the pipeline part), and
+    what the rows above 1.10 n/B at the experiment's rate read there."""
+    if not data.get("pipeline"):
+        return []
+    first, rate = data["conditions"]["link"], tb.rate_words(data["pipeline"][0]["link"])
+    words = []
+    for op in ex.PIPELINE_OPS:
+        lo, hi, above = tb.pipeline_span(data, op)
+        nodes = sorted({r["nodes"] for r, _ in tb.pipeline_rows(data) if r["op"] == op})
+        words.append(f"{op} {lo:.2f} to {hi:.2f} n/B over P = {nodes[0]} to {nodes[-1]}, {tb.pipeline_held(above)}")
+    over = tb.pipeline_above_at_rate(data)
+    if over:
+        cases = "; ".join(f"{r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])}: {a:.2f} and {b:.2f}"
+                          for r, a, b in over)  # fmt: skip
+        still = sum(1 for _, _, b in over if b > 1.10)
+        which = "The row" if len(over) == 1 else f"The {len(over)} rows"
+        now = "(every one within 1.10 here)." if not still else f"({still} still above 1.10 here)."
+        after = f"{which} above 1.10 at {first}, there and here: {cases} {now}"
+    else:
+        after = f"No row is above 1.10 at {first}."
+    return [
+        f"- LP at a quarter of the rate, {rate}, every P, one run, each row the median of two trials "
+        "(`python scripts/cluster_results.py --only pipeline`; "
+        f"docs/BENCHMARKS.md has the rows beside the rate's own): {'; '.join(words)}. {after} Each hop of the "
+        f"chain waits for its process to get one of the host's {tb.host_cores(data) or 'few'} cores, a cost fixed "
+        "in seconds, which weighs a quarter as much in n/B at a quarter of the rate; the lptrain-cluster fidelity "
+        "check, every port busy at once and no process waiting for another, does not see it."
     ]
 
 
@@ -659,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="4M,16M", help="the benchmark's message sizes (from,to: -b and -e, x4 apart)")
     p.add_argument(
         "--only",
-        default="bench,racks,ddp,train,rates",
+        default="bench,racks,ddp,train,rates,pipeline",
         help=f"parts to measure again, of {', '.join(ex.PARTS)} (auto: the old tuned comm=auto on 4 nodes)",
     )
     p.add_argument("--rack-nodes", type=_nodes, default=[4, 8], help="node counts of the racks grid")

@@ -259,6 +259,69 @@ def test_the_rows_that_moved_between_the_rates_are_listed_farthest_first():
     ]
 
 
+def test_lp_at_a_quarter_of_the_rate_stands_beside_the_stars_own_and_the_rows_above_1_10_are_named():
+    assert ex.quarter_rate("200mbit") == "50000kbit"
+    fast, slow = (1 << 20) / 25e6 * 1e6, (1 << 20) / 6.25e6 * 1e6  # n/B at 200mbit and at 50mbit, in us
+
+    def quarter(op: str, p: int, n_over_b: float) -> dict:
+        return _row(op, "lp", p, time_us=n_over_b * slow, link="50000kbit", link_bytes_per_s=6.25e6)
+
+    data = _data([_row("broadcast", "lp", 16, time_us=1.20 * fast), _row("broadcast", "ring", 16, time_us=9 * fast)])
+    data["pipeline"] = [quarter("broadcast", 16, 1.04), quarter("reduce", 16, 1.12), quarter("broadcast", 2, 1.00)]
+    lines = tb.pipeline_table(data)
+    assert lines[0] == "| P | broadcast, 1 MiB | reduce, 1 MiB |", lines
+    assert lines[2:] == ["| 2 | - / 1.00 | - |", "| 16 | 1.20 / 1.04 | - / 1.12 |"], lines
+    lo, hi, above = tb.pipeline_span(data, "reduce")
+    assert (lo, hi) == (pytest.approx(1.12), pytest.approx(1.12)) and [r["nodes"] for r in above] == [16]
+    assert tb.pipeline_span(data, "broadcast")[2] == []  # every broadcast row within 1.10
+    assert tb.pipeline_table(_data([])) == [] and tb.pipeline_span(_data([]), "reduce") is None
+
+
+def test_both_documents_say_where_lp_at_a_quarter_of_the_rate_is_above_1_10_and_where_within():
+    import cluster_results
+    from benchmark_sections import cluster as section
+
+    slow, fast = (1 << 20) / 6.25e6 * 1e6, (1 << 20) / 25e6 * 1e6
+    data = _data([_row("reduce", "lp", 16, time_us=1.20 * fast), _row("broadcast", "lp", 16, time_us=1.08 * fast)])
+    data["conditions"]["machine"] = {"cores": 2}
+    cases = (("broadcast", 2, 1.0), ("broadcast", 16, 1.06), ("reduce", 2, 1.01), ("reduce", 16, 1.13))
+    data["pipeline"] = [_row(op, "lp", p, time_us=x * slow, link="50000kbit") for op, p, x in cases]
+    (paper,) = cluster_results._quarter_lines(data)
+    assert "broadcast 1.00 to 1.06 n/B over P = 2 to 16, within 1.10 at every P and size" in paper, paper
+    assert "reduce 1.01 to 1.13 n/B over P = 2 to 16, above 1.10 at P = 16 (1 MiB)" in paper, paper
+    assert "50mbit" in paper and "2 cores" in paper
+    assert "The row above 1.10 at 200mbit, there and here: reduce at P = 16, 1 MiB: 1.20 and 1.13 (1 still" in paper
+    words = section.pipeline_lines(data, tb.pipeline_table(data))[0]
+    assert "at 200mbit and at a quarter of the rate, 50mbit" in words and "above 1.10 at P = 16 (1 MiB)" in words
+    data["pipeline"][-1]["time_us"] = 1.05 * slow
+    assert (
+        "reduce at P = 16, 1 MiB: 1.20 and 1.05 (every one within 1.10 here)" in cluster_results._quarter_lines(data)[0]
+    )
+    data["bench"] = []
+    assert "No row is above 1.10 at 200mbit." in cluster_results._quarter_lines(data)[0]
+    assert cluster_results._quarter_lines(_data([])) == []
+
+
+def test_the_pipeline_part_runs_lp_alone_at_a_quarter_of_the_rate_at_every_p(monkeypatch, tmp_path):
+    monkeypatch.setattr(ex.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    ran = []
+
+    def bench(nodes, link, sizes, trials, work, layout=ex.STAR, op="all", algos=None):
+        ran.append((nodes, link, op, tuple(algos)))
+        return [dict(_row(op, a, nodes), time_us=2.0) for a in algos]
+
+    monkeypatch.setattr(ex, "bench_on_cluster", bench)
+    monkeypatch.setattr(ex, "machine", lambda: "xeon")
+    star = [dict(_row("broadcast", "lp", 4), time_us=1.0)]
+    previous = {"conditions": {"date": "2026-12-05 21:00", "machine": "epyc"}, "bench": star}
+    data = ex.measure([2], "200mbit", ("4M", "16M"), 2, [], 1, {"pipeline"}, previous, say=lambda m: None)
+    assert ran == [(p, "50000kbit", op, ("lp",)) for p in range(2, 17) for op in ("broadcast", "reduce")]
+    assert {r["link"] for r in data["pipeline"]} == {"50000kbit"} and len(data["pipeline"]) == 30
+    assert data["bench"] == star  # the star's own rows stay
+    assert "pipeline" in data["conditions"]["parts"]
+    assert "LP's broadcast and reduce at a quarter of the rate" in tb.provenance(data)
+
+
 def test_the_words_on_the_misses_come_from_the_rows_that_tell_them_apart():
     """The section's bullets quote the rows they rest on: a change in those rows changes
     the words (nothing in them is typed)."""

@@ -190,6 +190,9 @@ def render(data: dict) -> list[str]:
     second = tb.rates_table(data)
     if second:
         lines += rates_lines(data, second)
+    quarter = tb.pipeline_table(data)
+    if quarter:
+        lines += pipeline_lines(data, quarter)
     if tb.layouts(data):
         lines += [
             "Racks joined by thin uplinks (allreduce, 16 MiB; each rack's uplink carries the stated share of a port "
@@ -207,6 +210,29 @@ def render(data: dict) -> list[str]:
             *tb.ddp_table(data),
         ]
     return lines
+
+
+def pipeline_lines(data: dict, quarter: list[str]) -> list[str]:
+    """LP's broadcast and reduce at a quarter of the rate beside the star's own: what LP takes
+    where each hop's wait for one of the host's cores no longer sets the time."""
+    first, rate = data["conditions"]["link"], tb.rate_words(data["pipeline"][0]["link"])
+    cores = tb.host_cores(data)
+    spans = []
+    for op in ex.PIPELINE_OPS:
+        lo, hi, above = tb.pipeline_span(data, op)
+        spans.append(f"{op} {lo:.2f} to {hi:.2f} n/B, {tb.pipeline_held(above)}")
+    return [
+        f"LP's broadcast and reduce (block auto) on the same star at every P, at {first} and at a quarter of the "
+        f"rate, {rate} (cells: n/B at {first} / at {rate}; one run at {rate}, each row the median of two trials, "
+        "`python scripts/cluster_results.py --only pipeline`). "
+        f"Every hop of LP's chain waits for its process to get one of the host's {cores or 'few'} cores, a cost "
+        "fixed in seconds, which the fidelity check (every port busy at once, no process waiting for another) "
+        "does not see; at a quarter of the rate it weighs a quarter as much in n/B. At "
+        f"{rate}: {'; '.join(spans)}:",
+        "",
+        *quarter,
+        "",
+    ]
 
 
 def rates_lines(data: dict, second: list[str]) -> list[str]:

@@ -247,7 +247,15 @@ DDP_RUNS = ((8, Layout(2, "1/2"), None), (4, STAR, None), (8, Layout(2, "1/2"), 
 # P = 16, where a cost fixed in seconds (a pipeline's fill, each hop waiting for one of 16
 # processes to get a core) would read fewer n/B at half the rate.
 RATE_NODES = (8, 16)
-PARTS = ("bench", "racks", "ddp", "train", "auto", "rates")
+# LP's broadcast and reduce over the whole star again at a quarter of the rate. Every hop of
+# the chain waits for its process to get one of the host's cores, a cost fixed in seconds:
+# at P = 16 on 2 cores it is a tenth of a 4 MiB broadcast at 200mbit, and at a quarter of the
+# rate a quarter of that in n/B (on 2026-12-06, P = 16, 4 MiB: 1.21, 1.08 and 1.02 n/B at 200,
+# 100 and 50mbit, one run each). The fidelity check cannot see it: it times the ports with
+# every one busy at once, not a chain of processes each waiting for the last.
+PIPELINE_NODES = tuple(range(2, 17))
+PIPELINE_OPS = ("broadcast", "reduce")
+PARTS = ("bench", "racks", "ddp", "train", "auto", "rates", "pipeline")
 
 
 def parts_measured(data: dict) -> dict[str, list[dict]]:
@@ -261,7 +269,7 @@ def parts_measured(data: dict) -> dict[str, list[dict]]:
     held = {
         "bench": any(layout_of(r) == STAR for r in data.get("bench", [])),
         "racks": any(layout_of(r) != STAR for r in data.get("bench", [])),
-        **{part: bool(data.get(part)) for part in ("ddp", "train", "auto", "rates")},
+        **{part: bool(data.get(part)) for part in ("ddp", "train", "auto", "rates", "pipeline")},
     }
     stamp = {"date": c.get("date", "?"), "machine": c.get("machine"), "nodes": None}
     parts = {part: [dict(stamp)] for part, has in held.items() if has}
@@ -319,6 +327,44 @@ def measure_rates(data: dict, link: str, sizes: tuple[str, str], trials: int, wo
             save(data)
 
 
+def kept_rows(rows: list[dict], keys: set, algos=None, ops=None) -> list[dict]:
+    """The rows that are not measured again (the rest stay): not at a (nodes, size, layout) of
+    ``keys``, or not of the ``algos`` or ``ops`` measured again where those are named."""
+    return [r for r in rows if (r["nodes"], r["size"], layout_of(r)) not in keys
+            or (algos and r["algo"] not in algos) or (ops and r["op"] not in ops)]  # fmt: skip
+
+
+def measure_racks(
+    data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, rack_nodes: tuple[int, ...], say, save
+) -> None:
+    """The thin-uplink grid (``RACK_LAYOUTS`` at each of ``rack_nodes`` that divides into its
+    racks): every allreduce row measured again in ``data["bench"]``, saved after each run."""
+    grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
+    data["bench"] = kept_rows(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})
+    for p, layout in grid:
+        say(f"allreduce on {p} nodes, {layout.describe()} ({link}) ...")
+        data["bench"] += bench_on_cluster(p, link, sizes, trials, work, layout, op="allreduce", algos=RACK_ALGOS)
+        save(data)
+
+
+def quarter_rate(link: str) -> str:
+    """``link`` at a quarter of its rate, in tc's notation (200mbit -> 50000kbit)."""
+    return f"{parse_rate(link) // 4000}kbit"
+
+
+def measure_pipeline(data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, say, save) -> None:
+    """LP's broadcast and reduce on the star at every P of ``PIPELINE_NODES`` at a quarter of
+    ``link``, into ``data["pipeline"]`` (each row with its rate), saved after each P."""
+    rate = quarter_rate(link)
+    data["pipeline"] = []
+    for p in PIPELINE_NODES:
+        say(f"LP's broadcast and reduce on {p} nodes at {rate} (a quarter of the rate) ...")
+        for op in PIPELINE_OPS:
+            rows = bench_on_cluster(p, rate, sizes, trials, work, op=op, algos=("lp",))
+            data["pipeline"] += [dict(row, link=rate, link_bytes_per_s=parse_rate(rate) / 8) for row in rows]
+        save(data)
+
+
 def measure(
     nodes: list[int],
     link: str,
@@ -337,7 +383,8 @@ def measure(
 ) -> dict:
     """Run the parts named in ``only`` (bench: the star; racks: the thin-uplink grid; ddp:
     real training, DDP and the trainer; train: the paper's iteration; auto: comm=auto tuned
-    on 4 nodes; rates: the star at P = 8 and 16 at the rate and at half of it) and keep the others from
+    on 4 nodes; rates: the star at P = 8 and 16 at the rate and at half of it; pipeline: LP's
+    broadcast and reduce at every P at a quarter of the rate) and keep the others from
     ``previous``; ``save`` is called after each measurement, so a failure later loses nothing.
     ``algos`` and ``ops`` narrow the star to those rows (an executor's change to one
     algorithm's op): only they are measured again, and the part's stamp says so."""
@@ -356,14 +403,9 @@ def measure(
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
     say(f"logs in {work}")
 
-    def again(rows: list[dict], keys: set, algos=None, ops=None) -> list[dict]:
-        """The rows that are not measured again (the rest stay)."""
-        return [r for r in rows if (r["nodes"], r["size"], layout_of(r)) not in keys
-                or (algos and r["algo"] not in algos) or (ops and r["op"] not in ops)]  # fmt: skip
-
     if "bench" in only:
         keys = {(p, parse_size(s), STAR) for p in nodes for s in sizes}
-        data["bench"] = again(data.get("bench", []), keys, algos, ops)
+        data["bench"] = kept_rows(data.get("bench", []), keys, algos, ops)
         bench_ops = ["all"] if not ops or set(ops) >= set(OPS) else list(ops)
         for p in nodes:
             say(f"benchmark on {p} nodes ({link}) ...")
@@ -373,12 +415,7 @@ def measure(
         narrowed = " ".join(" and ".join(x) for x in (algos, ops) if x) or None  # "lp and auto reduce"
         measured("bench", list(nodes), narrowed)
     if "racks" in only:
-        grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
-        data["bench"] = again(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})
-        for p, layout in grid:
-            say(f"allreduce on {p} nodes, {layout.describe()} ({link}) ...")
-            data["bench"] += bench_on_cluster(p, link, sizes, trials, work, layout, op="allreduce", algos=RACK_ALGOS)
-            save(data)
+        measure_racks(data, link, sizes, trials, work, rack_nodes, say, save)
         measured("racks")
     if "ddp" in only:
         data["ddp"] = []
@@ -387,9 +424,10 @@ def measure(
             data["ddp"].append(ddp_on_cluster(p, rate or link, layout, ddp_steps, 1, work))
             save(data)
         measured("ddp")
-    if "rates" in only:
-        measure_rates(data, link, sizes, trials, work, say, save)
-        measured("rates")
+    for part, run in (("rates", measure_rates), ("pipeline", measure_pipeline)):
+        if part in only:
+            run(data, link, sizes, trials, work, say, save)
+            measured(part)
     if "auto" in only:
         say("comm=auto tuned on 4 nodes, then timed beside the fixed algorithms ...")
         data["auto"] = auto_on_cluster(4, link, work)

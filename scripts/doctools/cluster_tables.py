@@ -15,6 +15,7 @@ from doctools import cluster_model as model
 from doctools.cluster_experiment import (
     DDP_VARIANTS,
     OPS,
+    PIPELINE_OPS,
     RACK_TABLE_ALGOS,
     STAR,
     TABLE_ALGOS,
@@ -168,6 +169,58 @@ def rates_table(data: dict) -> list[str]:
     order = sorted(cells, key=lambda k: (k[0], k[1], OPS.index(k[2])))
     body = [[str(p), size_label(size), op, *(cells[p, size, op].get(a, "-") for a in algos)] for p, size, op in order]
     return table(["P", "size", "op", *map(_column, algos)], body)
+
+
+def pipeline_rows(data: dict) -> list[tuple[dict, float]]:
+    """LP's rows of the pipeline part (the star again at a quarter of the rate), each with its
+    n/B at its own nominal rate."""
+    return [(r, r["time_us"] / 1e6 / (r["size"] / (parse_rate(r["link"]) / 8))) for r in data.get("pipeline") or []]
+
+
+def pipeline_table(data: dict) -> list[str]:
+    """LP's broadcast and reduce at every P: n/B at the experiment's rate (the star's lp
+    column) and at a quarter of it side by side, a column per op and size."""
+    quarter = {(r["nodes"], r["size"], r["op"]): m for r, m in pipeline_rows(data)}
+    if not quarter:
+        return []
+    star = {(r["nodes"], r["size"], r["op"]): n_over_b(r) for r in rows_of(data) if r["algo"] == "lp"}
+    columns = [(op, size) for op in PIPELINE_OPS for size in sorted({k[1] for k in quarter})]
+
+    def cell(key: tuple) -> str:
+        if key not in quarter:
+            return "-"
+        first = f"{star[key]:.2f}" if key in star else "-"
+        return f"{first} / {quarter[key]:.2f}"
+
+    body = [[str(p), *(cell((p, size, op)) for op, size in columns)] for p in sorted({k[0] for k in quarter})]
+    return table(["P", *(f"{op}, {size_label(size)}" for op, size in columns)], body)
+
+
+def pipeline_span(data: dict, op: str, limit: float = 1.10) -> tuple[float, float, list[dict]] | None:
+    """The smallest and largest n/B of LP's ``op`` in the pipeline part, over every P and
+    size, and the rows above ``limit`` (None: not measured)."""
+    rows = [(r, m) for r, m in pipeline_rows(data) if r["op"] == op]
+    if not rows:
+        return None
+    times = [m for _, m in rows]
+    return min(times), max(times), [r for r, m in rows if m > limit]
+
+
+def pipeline_held(above: list[dict]) -> str:
+    """Words for the rows of an op above 1.10 n/B (``pipeline_span``'s third)."""
+    if not above:
+        return "within 1.10 at every P and size"
+    return "above 1.10 at " + ", ".join(f"P = {r['nodes']} ({size_label(r['size'])})" for r in above)
+
+
+def pipeline_above_at_rate(data: dict, limit: float = 1.10) -> list[tuple[dict, float, float]]:
+    """LP's broadcast and reduce rows of the star above ``limit`` n/B at the experiment's rate
+    that the pipeline part measured again: each with its n/B there and at a quarter of the rate."""
+    quarter = {(r["nodes"], r["size"], r["op"]): m for r, m in pipeline_rows(data)}
+    rows = [r for r in rows_of(data) if r["algo"] == "lp" and r["op"] in PIPELINE_OPS and n_over_b(r) > limit]
+    found = [(r, n_over_b(r), quarter[r["nodes"], r["size"], r["op"]]) for r in rows
+             if (r["nodes"], r["size"], r["op"]) in quarter]  # fmt: skip
+    return sorted(found, key=lambda x: (x[0]["op"], x[0]["size"], x[0]["nodes"]))
 
 
 def rate_words(link: str) -> str:
@@ -416,6 +469,7 @@ PART_NAMES = {
     "bench": "the star",
     "racks": "the racks",
     "rates": "the star at P = 8 and 16 at two rates",
+    "pipeline": "LP's broadcast and reduce at a quarter of the rate",
     "auto": "auto's tuning",
     "ddp": "the training runs",
     "train": "the paper's iteration",
