@@ -480,7 +480,13 @@ def _chains_words(chains: list[dict], held: list[dict]) -> str:
         "through at once, took 10.98 and 11.56 n/B at 4 MiB, 11.36 and 10.45 at 16 MiB, against 11.69 and 10.73 "
         "unpaced; with no run beside them (the unchanged ones read 11.69 to 11.83 and 10.73 to 11.32 that hour), "
         "TCP reno instead of bbr 11.18 and 19.14, and FIFOs of 256 KiB instead of 1220 KiB (ports) and 1 MiB "
-        "(uplinks) 15.04 and 15.52."
+        "(uplinks) 15.04 and 15.52. Read with `lptrain-cluster --link-usage` (docs/distributed.md: P = 4, uplinks "
+        "at a quarter, 16 MiB, 2026-12-06, one run each), racks 1 and 2's uplink directions ran at their rate 14% to "
+        "60% of the time under the overlapped chain, against 78% to 82% under lp-rb and 83% to 85% under the ring: "
+        "one or two of them held a queue (up to 930 KiB) and the others ran below their rate with theirs empty. The "
+        "model keeps every link busy while it has bytes to carry; measured, most of the chain's links wait with "
+        "nothing queued, on something the model has no term for (a flow's window against the delay of the queue "
+        "its data crosses is the likely cause, not verified)."
     )
     pairs = [(r, t) for r in chains if (t := _rb_twin(r, held)) is not None]
     if not pairs:

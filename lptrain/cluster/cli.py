@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from lptrain.cluster import fidelity as fidelity_check
+from lptrain.cluster import usage as link_usage
 from lptrain.cluster.fidelity import OPTION as ACCEPT_LOW_FIDELITY
 from lptrain.cluster.fidelity import Fidelity
 from lptrain.cluster.launch import STOP_GRACE_S, Launch, LinkDown, Stop, run_on_cluster
@@ -128,6 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--logs", type=Path, help="folder for each node's log (default outputs/cluster/DATE/TIME-PID)")
     parser.add_argument("--link-down", metavar="NODE@SECONDS", help="take a node's link down (fault injection)")
     parser.add_argument("--link-down-cue", metavar="TEXT", help="count --link-down's seconds from rank 0 printing TEXT")
+    parser.add_argument(
+        "--link-usage",
+        type=float,
+        nargs="?",
+        const=link_usage.INTERVAL_S,
+        metavar="SECONDS",
+        help="while the command runs, read every shaped link's queue counters each SECONDS "
+        f"(default {link_usage.INTERVAL_S:g}) and report what each carried and where data queued "
+        "(links.txt, links.csv and links.png in --logs)",
+    )
+    parser.add_argument(
+        "--link-usage-from",
+        metavar="TEXT",
+        help='with --link-usage: count from rank 0 printing TEXT (such as "lptrain-bench allreduce", '
+        "after the benchmark's own link measurement)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not print rank 0's output (it is still logged)")
     parser.add_argument("--clean", action="store_true", help="remove namespaces left by killed lptrain-clusters")
     parser.add_argument("--check", action="store_true", help="say whether namespaces can be made here, and exit")
@@ -218,6 +235,10 @@ def _validated(args: argparse.Namespace) -> tuple[ClusterSpec, list[str], LinkDo
         raise ClusterSpecError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if not args.fidelity_window > 0:
         raise ClusterSpecError(f"--fidelity-window must be a positive number of seconds, got {args.fidelity_window}")
+    if args.link_usage is not None and not args.link_usage > 0:
+        raise ClusterSpecError(f"--link-usage must be a positive number of seconds, got {args.link_usage}")
+    if args.link_usage_from is not None and args.link_usage is None:
+        raise ClusterSpecError("--link-usage-from counts the link usage from a cue: give --link-usage too")
     if args.grace < 0:
         raise ClusterSpecError(f"--grace must be a number of seconds, at least 0, got {args.grace}")
     if not args.stop_grace >= 0:
@@ -302,6 +323,28 @@ def _start(cluster: Cluster, args: argparse.Namespace, log_dir: Path, command: l
     return fidelity
 
 
+def _report_usage(sampler: link_usage.LinkSampler, log_dir: Path) -> None:
+    """``--link-usage``: each link's line printed and kept (links.txt), every reading (links.csv)
+    and the picture (links.png) in the log folder."""
+    if sampler.error:
+        _say(f"link usage: {sampler.error}")
+    lines = [u.line() for u in sampler.usage()]
+    if sampler.cue is not None and sampler.cue_at is None:
+        _say(f"link usage: rank 0 never printed {sampler.cue!r} (--link-usage-from): nothing counted")
+    elif not lines:
+        _say("link usage: no link carried traffic while the command ran")
+    if not lines:
+        return
+    for line in lines:
+        _say(f"link usage: {line}")
+    try:
+        _write_whole(log_dir / "links.txt", "".join(line + "\n" for line in lines))
+        _write_whole(log_dir / "links.csv", sampler.csv_text())
+        link_usage.write_figure(sampler, log_dir / "links.png")
+    except OSError as err:
+        _say(f"link usage: cannot write it into {log_dir}: {err.strerror or err}")
+
+
 @quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
@@ -344,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
         link_down=link_down,
         echo=None if args.quiet else sys.stdout,
         say=_say,
+        watch=link_usage.LinkSampler(plan, args.link_usage, args.link_usage_from) if args.link_usage else None,
     )
     _say(f"{plan.describe()}; {plan.describe_links()}; logs in {log_dir}")
     stop = Stop()
@@ -354,6 +398,8 @@ def main(argv: list[str] | None = None) -> None:
         cluster.down()
         return
     outcome = run_on_cluster(cluster, launch, stop)
+    if launch.watch is not None:
+        _report_usage(launch.watch, log_dir)
     below = "" if fidelity.passed else "; the figures are below fidelity"
     _say(f"{outcome.reason} ({outcome.elapsed_s:.1f} s{below}); logs in {log_dir}")
     sys.exit(outcome.code)

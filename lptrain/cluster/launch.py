@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from lptrain.cluster.netns import Cluster
 from lptrain.exits import EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_TERMINATED, EXIT_TIMEOUT
@@ -47,6 +47,16 @@ class LinkDown:
     cue: str | None = None
 
 
+class Watch(Protocol):
+    """Something that observes the cluster while its nodes run (``lptrain.cluster.usage.LinkSampler``)."""
+
+    def start(self) -> None: ...
+
+    def seen(self, line: str) -> None: ...  # each line rank 0 prints, as it comes
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Launch:
     command: list[str]
@@ -59,6 +69,7 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     echo: TextIO | None = sys.stdout
     say: Callable[[str], None] = print  # lptrain-cluster's own one-line notes, as they happen
+    watch: Watch | None = None  # started once every node is, stopped before the namespaces go (link usage)
 
 
 @dataclass
@@ -100,11 +111,12 @@ def node_argv(cluster: Cluster, node: int, launch: Launch) -> list[str]:
 
 class _Echo(threading.Thread):
     """Copies node 0's output to its log and to the console, and notices the link-down cue
-    and a console whose reader has gone (``| head``: the run then stops, as on a signal)."""
+    and a console whose reader has gone (``| head``: the run then stops, as on a signal);
+    a ``Watch`` sees every line too."""
 
-    def __init__(self, stream, log: Path, echo: TextIO | None, cue: str | None) -> None:
+    def __init__(self, stream, log: Path, echo: TextIO | None, cue: str | None, watch: Watch | None = None) -> None:
         super().__init__(name="lptrain-cluster-echo", daemon=True)
-        self.stream, self.log, self.echo, self.cue = stream, log, echo, cue
+        self.stream, self.log, self.echo, self.cue, self.watch = stream, log, echo, cue, watch
         self.cue_seen = threading.Event()
         self.reader_gone = threading.Event()
 
@@ -122,6 +134,8 @@ class _Echo(threading.Thread):
                         self.reader_gone.set()
                 if self.cue is not None and self.cue in line:
                     self.cue_seen.set()
+                if self.watch is not None:
+                    self.watch.seen(line)
 
 
 class Stop:
@@ -163,7 +177,7 @@ def run_on_cluster(cluster: Cluster, launch: Launch, stop: Stop | None = None) -
                     stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
                 )  # fmt: skip
                 cue = launch.link_down.cue if launch.link_down else None
-                echo = _Echo(proc.stdout, log, launch.echo, cue)
+                echo = _Echo(proc.stdout, log, launch.echo, cue, launch.watch)
                 echo.start()
             else:
                 f = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed once the node has ended
@@ -173,8 +187,12 @@ def run_on_cluster(cluster: Cluster, launch: Launch, stop: Stop | None = None) -
                     stdin=subprocess.DEVNULL, start_new_session=True,
                 )  # fmt: skip
             procs[i] = proc
+        if launch.watch is not None:
+            launch.watch.start()
         _wait(cluster, launch, procs, echo, stop, began, outcome)
     finally:
+        if launch.watch is not None:
+            launch.watch.stop()  # before the namespaces it reads are deleted
         for proc in procs.values():
             _stop_session(proc)
         cluster_pids = cluster.down()  # kills whatever is still inside, then deletes the namespaces
