@@ -70,6 +70,17 @@ benchmark's, 8 nodes at 200 Mbit/s on a 2-core host.
   of racks, or to a slow node) was held by its window to 84-95% of its rate. With ACKs
   first every flow carried 99%, as on the star. The ACK class is assured 2% of the rate
   (``ACK_SHARE``; ACKs are about 0.5% of the data they acknowledge) and may use it all.
+  The class takes every IP packet under ``ACK_BYTES``, so a stream's small data segments
+  (gloo's notice that a receive is posted) go first too. Where one connection carries data
+  both ways through a standing queue (LP's overlapped allreduce across racks), such a
+  segment overtakes its own stream's queued ones and the sender resends what was only
+  queued: up to 40% of a flow's bytes, 10.0 to 10.6 n/B where the simulator says 8.2.
+  Taking pure ACKs alone (no flag but ACK) cured that (8.3 to 8.5) but made every notice
+  wait behind the data queued in its port, and LP's broadcast and reduce over 13 to 16
+  nodes took 1.15 to 1.34 n/B instead of 1.08 to 1.20 (2026-12-06, one run each;
+  docs/distributed.md). A real host keeps flows in queues of their own (``fq_codel``),
+  which one FIFO per port cannot; the class stays as it is, and the documents name the
+  rows it moves.
 
 ``lptrain.cluster.fidelity`` measures at every start that the host carries what was asked.
 
