@@ -66,12 +66,13 @@ def parse_qdisc_stats(text: str) -> dict[str, Counters]:
 def link_names(plan: ClusterPlan) -> dict[str, tuple[str, int]]:
     """The switch namespace's shaped devices: each one's name for a reader and its rate in
     bits/s (``p3``: what node 3 receives; ``up2a``/``up2b``: rack 0 to rack 2 and back)."""
+    node_of_port = {n.port: n.index for n in plan.nodes}
     names = {}
     for s in plan.shaping:
         if s.namespace != plan.switch:
             continue
-        if s.device.startswith("p"):
-            names[s.device] = (f"node {s.device[1:]} in", s.bits)
+        if s.device in node_of_port:
+            names[s.device] = (f"node {node_of_port[s.device]} in", s.bits)
         elif s.device.startswith("up"):
             rack, end = s.device[2:-1], s.device[-1]
             names[s.device] = ((f"rack 0 to rack {rack}" if end == "a" else f"rack {rack} to rack 0"), s.bits)
@@ -162,7 +163,7 @@ def read_switch(plan: ClusterPlan) -> str:
 
 class LinkSampler:
     """Reads the switch's counters every ``interval_s`` in a thread, from ``start`` to
-    ``stop`` (which returns at once: the thread ends within one reading)."""
+    ``stop`` (which wakes the thread and waits for it: at most the reading in progress)."""
 
     def __init__(self, plan: ClusterPlan, interval_s: float = INTERVAL_S, cue: str | None = None,
                  read: Callable[[ClusterPlan], str] = read_switch) -> None:  # fmt: skip
@@ -216,13 +217,12 @@ class LinkSampler:
         rate in the interval before as a share of nominal, bytes waiting, drops so far."""
         rows = ["seconds,link,device,rate_share,backlog_bytes,drops"]
         t_first = self.readings[0][0] if self.readings else 0.0
-        for (t0, a), (t1, b) in zip(self.readings, self.readings[1:]):
+        for before, after in zip(self.readings, self.readings[1:]):
             for device, (name, bits) in self.names.items():
-                if device in a and device in b:
-                    share = (b[device].sent - a[device].sent) * 8 / max(t1 - t0, 1e-9) / bits
-                    rows.append(
-                        f"{t1 - t_first:.3f},{name},{device},{share:.4f},{b[device].backlog},{b[device].dropped}"
-                    )
+                share = interval_share(before, after, device, bits)
+                if share is not None:
+                    c = after[1][device]
+                    rows.append(f"{after[0] - t_first:.3f},{name},{device},{share:.4f},{c.backlog},{c.dropped}")
         return "\n".join(rows) + "\n"
 
 
