@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from lptrain.cluster import fidelity as fidelity_check
 from lptrain.cluster import usage as link_usage
@@ -51,7 +52,16 @@ from lptrain.cluster.netns import (
     remove_prefix,
     stale_prefixes,
 )
-from lptrain.cluster.plan import LAYOUTS, PLACEMENTS, ClusterPlan, ClusterSpec, ClusterSpecError, build_plan, parse_rate
+from lptrain.cluster.plan import (
+    EGRESS,
+    LAYOUTS,
+    PLACEMENTS,
+    ClusterPlan,
+    ClusterSpec,
+    ClusterSpecError,
+    build_plan,
+    parse_rate,
+)
 from lptrain.exits import EXIT_LOW_FIDELITY, EXIT_USAGE, quiet_on_closed_pipe
 
 IN_USERNS = "LPTRAIN_CLUSTER_IN_USERNS"
@@ -62,7 +72,7 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     _say(f"error: {message}")
     sys.exit(code)
 
@@ -90,8 +100,16 @@ def parse_link_down(text: str | None, cue: str | None) -> LinkDown | None:
     return LinkDown(int(node), seconds, cue)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse's own errors (an unknown option, a choice not among ``choices``) in one
+    line, like every other refusal, instead of the usage and the error on two."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="lptrain-cluster",
         description="Run a command across an emulated multi-node cluster (network namespaces, shaped links).",
         usage="lptrain-cluster [options] -- COMMAND [ARGS ...]",
@@ -112,6 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="TCP's congestion control in every node (default bbr where the kernel allows it, else the host's; "
         "the choice is the kernel's net.ipv4.tcp_allowed_congestion_control)",
+    )
+    parser.add_argument(
+        "--egress",
+        choices=EGRESS,
+        default="shared",
+        help="how each node's own port queues what it sends: shared (one FIFO, every packet under 128 bytes "
+        "first; the documents' figures) or per-peer (a FIFO per destination, as a host keeps a queue per flow, "
+        "and TCP's pure ACKs alone first)",
     )
     parser.add_argument("--slow", action="append", default=[], metavar="NODE=RATE", help="one node's own port rate")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")
@@ -374,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         log_dir.mkdir(parents=True, exist_ok=args.logs is not None)
     except OSError as err:
         _fail(f"cannot make the log folder {log_dir}: {err.strerror or err}")
-    plan = build_plan(spec, f"lpc{os.getpid()}", args.congestion or congestion_control())
+    plan = build_plan(spec, f"lpc{os.getpid()}", args.congestion or congestion_control(), args.egress)
     if os.environ.get(IN_USERNS):
         _private_mounts(plan)
     launch = Launch(

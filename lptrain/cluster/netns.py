@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from lptrain.cluster.plan import CONGESTION_CONTROL, NODE_IF, ClusterPlan, Shaping
+from lptrain.cluster.plan import CONGESTION_CONTROL, NODE_IF, ClusterPlan
 
 CAP_NET_ADMIN = 12
 ETC_NETNS = Path("/etc/netns")
@@ -247,7 +247,6 @@ class Cluster:
 
     def set_rate(self, node: int, bits: int) -> None:
         """Change node ``node``'s port rate in both directions while the cluster runs."""
-        n = self.plan.nodes[node]
-        for shaping in (Shaping(n.namespace, NODE_IF, bits), Shaping(self.plan.switch, n.port, bits)):
+        for shaping in self.plan.port_shaping(node, bits):
             for command in [shaping.clear(), *shaping.commands()]:
                 run_ip(command)

@@ -22,9 +22,10 @@ How the links are shaped, and why. The emulation must cost the host little CPU, 
 CPU and not the link sets the times; and a flow must get its port's rate as it would on
 real cables. Each direction of a port is an ``htb`` shaper at the port's rate (one class,
 a token bucket) with two leaves: IP packets under ``ACK_BYTES`` (TCP's pure ACKs) first,
-everything else in one FIFO (``bfifo``). The figures below are the fidelity check's
-(``lptrain.cluster.fidelity``: every port sending and receiving at once) or the
-benchmark's, 8 nodes at 200 Mbit/s on a 2-core host.
+everything else in one FIFO (``bfifo``); ``egress="per-peer"`` changes both (the last
+point). The figures below are the fidelity check's (``lptrain.cluster.fidelity``: every
+port sending and receiving at once) or the benchmark's, 8 nodes at 200 Mbit/s on a
+2-core host.
 
 * The bucket (``burst``) holds two GSO packets at least (``BURST_MIN_BYTES``). A TCP
   sender hands the stack super-packets of up to 64 KiB and a veth carries each whole, one
@@ -78,9 +79,23 @@ benchmark's, 8 nodes at 200 Mbit/s on a 2-core host.
   Taking pure ACKs alone (no flag but ACK) cured that (8.3 to 8.5) but made every notice
   wait behind the data queued in its port, and LP's broadcast and reduce over 13 to 16
   nodes took 1.15 to 1.34 n/B instead of 1.08 to 1.20 (2026-12-06, one run each;
-  docs/distributed.md). A real host keeps flows in queues of their own (``fq_codel``),
-  which one FIFO per port cannot; the class stays as it is, and the documents name the
-  rows it moves.
+  docs/distributed.md).
+* ``egress="per-peer"`` (``lptrain-cluster --egress per-peer``) gives the notice a way past
+  other flows' data without passing its own stream's: a node's own port keeps a FIFO per
+  destination (an ``htb`` leaf each, picked by ``u32`` on the destination address, served
+  in turn), as a real host keeps a queue per flow (``fq_codel``; this kernel has no ``sfq``,
+  ``fq_codel`` or ``flow`` classifier, so the queues are ``htb``'s), and every port's ACK
+  class takes TCP's pure ACKs alone (``PURE_ACK_MATCH``: IPv4 without options, no flag but
+  ACK, under ``ACK_BYTES``). A stream's packets then leave in order at every hop, and a notice
+  waits for at most one quantum of another destination's data. The switch's ports and the
+  uplinks keep one FIFO, as a real switch's do. Against ``shared`` in the same hour
+  (2026-12-07, one run each, 200 Mbit/s ports, n/B): LP's overlapped allreduce over 4 racks
+  with uplinks at a quarter took 8.41 and 8.22 at P = 4 (4 and 16 MiB; ``shared`` 9.80 and
+  9.63, the simulator 8.55 and 8.20) and 8.65 and 8.21 at P = 8 (11.85 and 10.39; 8.77 and
+  8.25), 4.13 with uplinks at half (4.80; 4.11), and 2.24 and 2.10 on a star of 4 (2.56 and
+  2.21); LP's broadcast and reduce of 16 MiB over a star of 16 took 1.17 and 1.26 (1.14 and
+  1.24); MST, the ring and gloo's own collectives moved by 1% at most. ``shared`` stays the
+  default until the documents' figures are measured again under ``per-peer``.
 
 ``lptrain.cluster.fidelity`` measures at every start that the host carries what was asked.
 
@@ -92,6 +107,7 @@ is tested anywhere; ``lptrain.cluster.netns`` runs them.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -107,6 +123,15 @@ QUEUE_SECONDS = 0.050  # the FIFO behind the bucket: 50 ms of the rate ...
 QUEUE_MIN_PACKETS = 16  # ... and at least this many GSO packets
 BYTES_LIMIT = 2**31  # tc counts a bucket and a queue in 32 bits
 ACK_BYTES = 128  # IP packets shorter than this (pure ACKs) go before the FIFO's data
+# The ACK class's filter (``u32`` matches: value, mask, byte offset in the IP packet).
+SHORT_PACKET_MATCH = ("match", "u16", "0", f"{0xFFFF & ~(ACK_BYTES - 1):#x}", "at", "2")  # IP total length
+PURE_ACK_MATCH = (
+    "match", "u8", "0x45", "0xff", "at", "0",  # IPv4 with no options: TCP's header starts at byte 20
+    "match", "u8", "6", "0xff", "at", "9",  # TCP
+    *SHORT_PACKET_MATCH,  # no payload to speak of
+    "match", "u8", "0x10", "0xff", "at", "33",  # TCP's flags: ACK and nothing else (no PSH, SYN, FIN, RST)
+)  # fmt: skip
+EGRESS = ("shared", "per-peer")  # how a node's own port queues what it sends (see the module's docstring)
 ACK_SHARE = 50  # the ACK class is assured 1/50 of the port's rate (and may borrow the rest)
 CONGESTION_CONTROL = "bbr"  # in every namespace, where the kernel allows it
 
@@ -191,6 +216,8 @@ class Shaping:
     namespace: str
     device: str
     bits: int
+    peers: tuple[str, ...] = ()  # a node's own port with ``--egress per-peer``: a FIFO per address
+    pure_acks: bool = False  # the ACK class takes TCP's pure ACKs only (else every packet under ACK_BYTES)
 
     @property
     def burst_bytes(self) -> int:
@@ -204,24 +231,38 @@ class Shaping:
 
     def commands(self) -> list[list[str]]:
         """The ``tc`` commands that shape this direction: an ``htb`` class at the rate, ACKs
-        (class 1:10) before the data's FIFO (class 1:20). On a device with no qdisc yet."""
+        (class 1:10) before the data's FIFO (class 1:20), and with ``peers`` a FIFO of its own
+        for each (class 1:100 on, one per address, in order). On a device with no qdisc yet."""
         tc = ["tc", "-n", self.namespace]
         dev = ["dev", self.device]
         rate, ack = self.bits, max(8000, self.bits // ACK_SHARE)
+        share = max(8000, (rate - ack) // (len(self.peers) + 1))  # what each data queue is assured
         bucket = ["burst", str(self.burst_bytes), "cburst", str(self.burst_bytes)]
-        leaf = ["ceil", f"{rate}bit", *bucket, "quantum", str(BURST_MIN_BYTES)]
-        return [
+        leaf = ["ceil", f"{rate}bit", *bucket, "quantum", str(BURST_MIN_BYTES), "prio"]
+        commands = [
             [*tc, "qdisc", "add", *dev, "root", "handle", "1:", "htb", "default", "20"],
             [*tc, "class", "add", *dev, "parent", "1:", "classid", "1:1", "htb", "rate", f"{rate}bit",
              "ceil", f"{rate}bit", *bucket],
-            [*tc, "class", "add", *dev, "parent", "1:1", "classid", "1:10", "htb", "rate", f"{ack}bit", *leaf,
-             "prio", "0"],
-            [*tc, "class", "add", *dev, "parent", "1:1", "classid", "1:20", "htb", "rate", f"{rate - ack}bit",
-             *leaf, "prio", "1"],
+            [*tc, "class", "add", *dev, "parent", "1:1", "classid", "1:10", "htb", "rate", f"{ack}bit", *leaf, "0"],
+            [*tc, "class", "add", *dev, "parent", "1:1", "classid", "1:20", "htb", "rate", f"{share}bit", *leaf, "1"],
             [*tc, "qdisc", "add", *dev, "parent", "1:20", "bfifo", "limit", str(self.limit_bytes)],
             [*tc, "filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-             "match", "u16", "0", f"{0xFFFF & ~(ACK_BYTES - 1):#x}", "at", "2", "flowid", "1:10"],
+             *(PURE_ACK_MATCH if self.pure_acks else SHORT_PACKET_MATCH), "flowid", "1:10"],
         ]  # fmt: skip
+        for classid, address in zip(self.peer_classes, self.peers, strict=True):
+            commands += [
+                [*tc, "class", "add", *dev, "parent", "1:1", "classid", classid, "htb", "rate", f"{share}bit",
+                 *leaf, "1"],
+                [*tc, "qdisc", "add", *dev, "parent", classid, "bfifo", "limit", str(self.limit_bytes)],
+                [*tc, "filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "2", "u32",
+                 "match", "ip", "dst", f"{address}/32", "flowid", classid],
+            ]  # fmt: skip
+        return commands
+
+    @property
+    def peer_classes(self) -> tuple[str, ...]:
+        """The ``htb`` class of each of ``peers``' queues (``tc`` reads the minor in hex)."""
+        return tuple(f"1:{0x100 + i:x}" for i in range(len(self.peers)))
 
     def clear(self) -> list[str]:
         """The command that removes this direction's shaping (before shaping it anew)."""
@@ -248,6 +289,7 @@ class ClusterPlan:
     commands: tuple[tuple[str, ...], ...]  # in order, after the namespaces are added
     shaping: tuple[Shaping, ...]
     congestion: str | None = CONGESTION_CONTROL  # None: each namespace keeps the default it inherits from the host
+    egress: str = "shared"  # one of EGRESS: how a node's own port queues what it sends
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -257,6 +299,14 @@ class ClusterPlan:
     @property
     def master_address(self) -> str:
         return self.nodes[0].address
+
+    def port_shaping(self, node: int, bits: int) -> tuple[Shaping, Shaping]:
+        """Node ``node``'s port at ``bits``: what it sends (shaped in its namespace, a FIFO
+        per other node with ``egress="per-peer"``) and what it receives (the switch's end)."""
+        n = self.nodes[node]
+        per_peer = self.egress == "per-peer"
+        peers = tuple(m.address for m in self.nodes if m.index != node) if per_peer else ()
+        return (Shaping(n.namespace, NODE_IF, bits, peers, per_peer), Shaping(self.switch, n.port, bits, (), per_peer))
 
     def describe(self) -> str:
         spec = self.spec
@@ -273,8 +323,13 @@ class ClusterPlan:
         """How the ports are shaped (one line of cluster.txt): MTU, bucket, queue, TCP."""
         port = Shaping(self.nodes[0].namespace, NODE_IF, self.spec.link_bits)
         tcp = self.congestion or "the host's default congestion control"
+        queues = (
+            "a FIFO per destination at each node's own port, pure ACKs first"
+            if self.egress == "per-peer"
+            else "ACKs first"
+        )
         return (f"MTU {MTU}, htb bucket {port.burst_bytes // 1024} KiB, FIFO {port.limit_bytes // 1024} KiB and "
-                f"ACKs first per {format_rate(port.bits)} port, TCP {tcp} in every namespace")  # fmt: skip
+                f"{queues} per {format_rate(port.bits)} port, TCP {tcp} in every namespace")  # fmt: skip
 
 
 def node_address(index: int) -> str:
@@ -289,9 +344,14 @@ def _veth(namespace: str, end: str, peer: str, peer_namespace: str | None = None
             "peer", "name", peer, "mtu", str(MTU), *far]  # fmt: skip
 
 
-def build_plan(spec: ClusterSpec, prefix: str, congestion: str | None = CONGESTION_CONTROL) -> ClusterPlan:
+def build_plan(
+    spec: ClusterSpec, prefix: str, congestion: str | None = CONGESTION_CONTROL, egress: str = "shared"
+) -> ClusterPlan:
     """The namespaces and the ``ip``/``tc`` commands that make ``spec``'s cluster, with TCP's
-    congestion control set to ``congestion`` in every namespace (None: left as it is)."""
+    congestion control set to ``congestion`` in every namespace (None: left as it is) and
+    each node's own port queueing as ``egress`` says."""
+    if egress not in EGRESS:
+        raise ClusterSpecError(f"--egress must be one of {', '.join(EGRESS)}, got {egress!r}")
     if not re.fullmatch(r"[a-z][a-z0-9-]{0,15}", prefix):
         raise ClusterSpecError(f"a cluster prefix must be a short lowercase name, got {prefix!r}")
     if congestion is not None and not re.fullmatch(r"[a-z0-9_]+", congestion):
@@ -309,7 +369,7 @@ def build_plan(spec: ClusterSpec, prefix: str, congestion: str | None = CONGESTI
         commands.append(_veth(switch, a, b))
         commands.append(["ip", "-n", switch, "link", "set", a, "master", "br0", "up"])
         commands.append(["ip", "-n", switch, "link", "set", b, "master", f"br{rack}", "up"])
-        shaping += [Shaping(switch, a, spec.uplink_rate()), Shaping(switch, b, spec.uplink_rate())]
+        shaping += [Shaping(switch, end, spec.uplink_rate(), (), egress == "per-peer") for end in (a, b)]
     for n in nodes:
         commands += [
             ["ip", "-n", n.namespace, "link", "set", "lo", "up"],
@@ -321,7 +381,7 @@ def build_plan(spec: ClusterSpec, prefix: str, congestion: str | None = CONGESTI
         if congestion is not None:  # a per-namespace setting (net.ipv4 is per network namespace)
             sysctl = f"net.ipv4.tcp_congestion_control={congestion}"
             commands.append(["ip", "netns", "exec", n.namespace, "sysctl", "-q", "-w", sysctl])
-        bits = spec.port_bits(n.index)
-        shaping += [Shaping(n.namespace, NODE_IF, bits), Shaping(switch, n.port, bits)]
+    plan = ClusterPlan(spec, prefix, switch, nodes, (), (), congestion, egress)
+    shaping += [s for n in nodes for s in plan.port_shaping(n.index, spec.port_bits(n.index))]
     commands += [c for s in shaping for c in s.commands()]
-    return ClusterPlan(spec, prefix, switch, nodes, tuple(tuple(c) for c in commands), tuple(shaping), congestion)
+    return dataclasses.replace(plan, commands=tuple(tuple(c) for c in commands), shaping=tuple(shaping))
