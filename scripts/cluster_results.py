@@ -31,6 +31,7 @@ from benchmark_sections.page import DOC as BENCHMARKS_DOC
 from benchmark_sections.page import write_section
 from doctools import DOCS, ROOT
 from doctools import cluster_experiment as ex
+from doctools import cluster_model as model
 from doctools import cluster_tables as tb
 from doctools.cluster_experiment import layout_of
 from doctools.cluster_model import same_run
@@ -219,7 +220,11 @@ def _simulator_section(data: dict) -> list[str]:
         "`lptrain.sim.dataflow` runs each rank's program as the executor does (segments, issue order, one "
         "connection per pair, max-min fair shares of each port and uplink), on the layout measured (star or racks), "
         "every node's port a token bucket as lptrain-cluster shapes it (`Link.burst`: an idle port passes its "
-        "bucket at once, then runs at its rate; the racks' uplinks, shaped alike, are priced without theirs). "
+        "bucket at once, then runs at its rate; the racks' uplinks, shaped alike, are priced without theirs), "
+        "and a send done for what waits for it (a tree's parent serving one child at a time) once no more than "
+        f"{model.SEND_BUFFER_BYTES / 2**20:g} MiB of its connection is still on the way: gloo reports a send done "
+        "when its bytes are written to the socket, and the sender's kernel holds that much (measured with "
+        "`scripts/measure_send_buffer.py`). "
         f"{_fitted_words(s)} Every other row is a prediction: "
         f"median error {s['median']:.0%}, largest {s['max']:.0%} ({w['algo']} {w['op']} at P = {w['nodes']}, "
         f"{layout_of(w).describe()}, {tb.size_label(w['size'])}), over {s['count']} rows; {len(s['over_15'])} rows "

@@ -184,3 +184,31 @@ def test_the_simulator_cuts_each_ops_messages_by_its_algorithms_rule():
     assert message_rule_of(ring.allreduce(4, N)) == "link"
     with pytest.raises(ValueError, match="message rule"):
         auto_segment_bytes(n, p, None, "whole")
+
+
+def test_a_send_is_done_once_the_kernel_holds_its_tail_so_a_parents_next_child_starts_that_much_early():
+    """gloo reports a send done when its bytes are written to the socket, not when they land.
+    A parent serving one child at a time (``ports``) sends to rank 1 across an uplink at a
+    quarter of a port (4 n/B), then to rank 2 in its own rack. Counted from delivery, the
+    second send starts at 4 n/B and ends at 5; with a send buffer of half the message it
+    starts when half is still to cross (2 n/B) and, sharing the parent's port with the
+    uplink's flow (3/4 of it), ends at 2 + 4/3, before the first: 4 n/B in all."""
+    from lptrain.sim.dataflow import run_dataflow
+    from lptrain.sim.topology import Topology
+
+    slow, fast, own = Link("uplink", B / 4, 0.0), Link("0->2", B, 0.0), Link("port 0", B, 0.0)
+    routes = {(0, 1): (own, slow), (0, 2): (own, fast)}
+    steps = ((Transfer(0, 1, 0, N, Kind.COPY),), (Transfer(0, 2, 0, N, Kind.COPY),))
+    schedule = Schedule(op="broadcast", algorithm="two", world_size=3, count=N, root=0, steps=steps)
+    unit = N * 4 / B
+
+    def seconds(buffer: float) -> float:
+        topology = Topology("t", 3, 0.0, 0.0, lambda a, b: routes[(a, b)], send_buffer=buffer)
+        return run_dataflow(schedule, topology, SEGMENT * 16, order="ports", drain_bytes_per_s=0.0).seconds
+
+    assert seconds(0.0) / unit == pytest.approx(5.0, rel=1e-6)
+    assert seconds(N * 4 / 2) / unit == pytest.approx(4.0, rel=1e-6)
+    # An eighth: the second send starts at 3.5, moves 3/4 x 0.5 beside the uplink's tail
+    # until 4, and the remaining 0.625 alone at the port's rate.
+    assert seconds(N * 4 / 8) / unit == pytest.approx(4.625, rel=1e-6)
+    assert seconds(N * 4 * 2) / unit == pytest.approx(4.0, rel=1e-6)  # a buffer past the message: from the start

@@ -20,6 +20,10 @@ each rank's program (``rank_program``, the executor's own) in simulated time:
 * receives are posted ahead in program order, as the executor's look-ahead posts them: at
   most ``window`` not yet applied, and no further than the issue order allows (under
   ``steps``, a receive only once the receives of earlier steps are in);
+* a send is done, for what waits for it, once the transport has handed it to the kernel:
+  when no more than ``Topology.send_buffer`` bytes of its connection (it and the messages
+  before it) are still to cross, not when its last byte lands (gloo reports a send done when
+  its bytes are written to the socket);
 * a message flows once it is sent and its receive is posted (the transport waits for the
   receiver's notice), and the messages sent
   before it to the same peer have gone (one connection per pair, first in first out),
@@ -137,6 +141,7 @@ class _Simulation:
             rank.port = PortQueue(drain_bytes_per_s) if drain_bytes_per_s > 0 else None
         self.arrived: dict[Key, float] = {}  # message key -> when its last byte landed
         self.delivered: dict[Key, float] = {}  # message key -> when its last byte left
+        self.written: dict[Key, float] = {}  # message key -> when the transport reported it sent
         self.starts: list[tuple[float, int, _Flow]] = []  # flows waiting for their send time
         self.sequence = 0
         self.now = 0.0
@@ -228,9 +233,9 @@ class _Simulation:
                 return False
         if self.policy.waits_for_sends:
             earlier = [rank.issued[i][1] for i in self.policy.sends_first(a, rank.issued)]
-            if any(k not in self.delivered for k in earlier):
+            if any(k not in self.written for k in earlier):
                 return False
-            rank.clock = max([rank.clock, *(self.delivered[k] for k in earlier)])
+            rank.clock = max([rank.clock, *(self.written[k] for k in earlier)])
             if rank.port is not None:  # paced: the earlier steps' bytes have left at the measured rate
                 rank.clock = max(rank.clock, rank.port.drained(a))
         if self.policy.waits_for_receives:
@@ -272,7 +277,7 @@ class _Simulation:
         fair_rates(self.active)
         finish = min((self.now + f.remaining / f.rate for f in self.active), default=float("inf"))
         begin = self.starts[0][0] if self.starts else float("inf")
-        step_to = min(finish, begin)
+        step_to = min(finish, begin, self.next_written())
         for f in self.active:
             f.remaining -= f.rate * (step_to - self.now)
         self.buckets.carry(self.active, step_to - self.now)
@@ -280,15 +285,51 @@ class _Simulation:
         while self.starts and self.starts[0][0] <= self.now:
             self.start(heapq.heappop(self.starts)[2])
         done = [f for f in self.active if f.remaining <= 1e-9 * max(1.0, f.rate)]
-        if not done:
-            return False
         self.active = [f for f in self.active if f not in done]
         for f in done:
             self.arrived[f.key] = self.now + f.latency
             self.delivered[f.key] = self.now
+            self.written.setdefault(f.key, self.now)
             if self.queued[(f.src, f.dst)]:
                 self.activate(self.queued[(f.src, f.dst)].popleft())
-        return True
+        return self.note_written() or bool(done)
+
+    def _backlogs(self) -> list[tuple[_Flow, float]]:
+        """Each message flowing or queued behind one on its connection, with the bytes of
+        its connection still to cross up to and including it."""
+        out = []
+        for f in self.active:
+            ahead = f.remaining
+            out.append((f, ahead))
+            for q in self.queued[(f.src, f.dst)]:
+                ahead += q.remaining
+                out.append((q, ahead))
+        return out
+
+    def next_written(self) -> float:
+        """When the next message's backlog falls to the send buffer (inf: none will, or no buffer)."""
+        buffer = self.topology.send_buffer
+        if buffer <= 0:
+            return float("inf")
+        rates = {(f.src, f.dst): f.rate for f in self.active}
+        waits = [
+            (ahead - buffer) / rates[(m.src, m.dst)]
+            for m, ahead in self._backlogs()
+            if m.key not in self.written and ahead > buffer and rates[(m.src, m.dst)] > 0
+        ]
+        return self.now + min(waits, default=float("inf"))
+
+    def note_written(self) -> bool:
+        """Mark the messages whose connection's backlog up to them fits the send buffer as
+        reported sent; True where one was (a rank waiting for it may go on)."""
+        buffer = self.topology.send_buffer
+        if buffer <= 0:
+            return False
+        fits = buffer * (1 + 1e-9) + 1e-3  # a thousandth of a byte: the crossing's rounding
+        fresh = [m for m, ahead in self._backlogs() if m.key not in self.written and ahead <= fits]
+        for m in fresh:
+            self.written[m.key] = self.now
+        return bool(fresh)
 
     def start(self, flow: _Flow) -> None:
         pair = (flow.src, flow.dst)
@@ -302,6 +343,7 @@ class _Simulation:
             self.shared_arrivals += 1
         flow.remaining -= self.buckets.take(flow.links, flow.remaining, self.now)
         self.active.append(flow)
+        self.note_written()
 
 
 class _Buckets:

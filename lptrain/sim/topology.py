@@ -77,6 +77,10 @@ class Topology:
     # where no group stands out. What a rank order keeps together (lptrain.auto).
     groups: tuple[tuple[int, ...], ...] | None = None
     layout: str = ""  # one phrase for describe: the racks and their uplinks
+    # Bytes of a connection the sender's kernel holds for it (TCP's socket buffer, what is in
+    # flight): a send is reported done once no more than this of its connection is still on
+    # the way, before its last byte lands (lptrain.sim.dataflow). 0: done when delivered.
+    send_buffer: float = 0.0
     _cache: dict[tuple[int, int], tuple[Link, ...]] = field(default_factory=dict, repr=False)
 
     def route(self, src: int, dst: int) -> tuple[Link, ...]:
