@@ -140,7 +140,6 @@ class _Simulation:
         for rank in self.ranks:
             rank.port = PortQueue(drain_bytes_per_s) if drain_bytes_per_s > 0 else None
         self.arrived: dict[Key, float] = {}  # message key -> when its last byte landed
-        self.delivered: dict[Key, float] = {}  # message key -> when its last byte left
         self.written: dict[Key, float] = {}  # message key -> when the transport reported it sent
         self.starts: list[tuple[float, int, _Flow]] = []  # flows waiting for their send time
         self.sequence = 0
@@ -288,7 +287,6 @@ class _Simulation:
         self.active = [f for f in self.active if f not in done]
         for f in done:
             self.arrived[f.key] = self.now + f.latency
-            self.delivered[f.key] = self.now
             self.written.setdefault(f.key, self.now)
             if self.queued[(f.src, f.dst)]:
                 self.activate(self.queued[(f.src, f.dst)].popleft())
