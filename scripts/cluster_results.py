@@ -238,7 +238,9 @@ def _simulator_section(data: dict) -> list[str]:
         "",
     ]
     if s["over_15"]:
-        lines += ["The rows more than 15% off, and which side is wrong:", "", *tb.misses_table(s), "", *_misses(s), ""]
+        shared = {part for part in ("bench", "racks") if "shared" in tb.part_egresses(data, part)}
+        misses = _misses(s, shared)
+        lines += ["The rows more than 15% off, and which side is wrong:", "", *tb.misses_table(s), "", *misses, ""]
     return lines
 
 
@@ -279,9 +281,10 @@ def _bucket_lines(s: dict) -> list[str]:
     ]
 
 
-def _misses(s: dict) -> list[str]:
+def _misses(s: dict, shared: set[str] = frozenset()) -> list[str]:
     """Which of the model and the measurement each kind of miss points at, with the figures
-    from the rows that tell them apart."""
+    from the rows that tell them apart. ``shared``: the parts (bench, racks) with rows
+    measured under ``--egress shared``, whose artefact explains some misses."""
     misses = s["over_15"]
     racks = [r for r in misses if layout_of(r) != ex.STAR and r["algo"] in ("be", "mst")]
     small_blocks = [r for r in misses if r["algo"] == "auto" and layout_of(r) != ex.STAR and _block(r) == 64 << 10]
@@ -393,7 +396,7 @@ def _misses(s: dict) -> list[str]:
             "not verified."
         )
     if chains:
-        out.append(_chains_words(chains))
+        out.append(_chains_words(chains, "racks" in shared))
     if trees:
         cases = _cases(trees, lambda r: f"{tb.n_over_b(r):.2f} n/B")
         out.append(
@@ -461,8 +464,9 @@ def _misses(s: dict) -> list[str]:
             "2.03 n/B at 4 MiB against the model's 2.03 and 2.04 at 16 MiB against 2.02, where the overlapped one "
             "took 2.45 and 2.26 against 2.08 and 2.04. With pure ACKs alone taken first by the shaper (tried on "
             "2026-12-06 and not kept; see LP's allreduce across 4 racks above) the same rows read 2.19 to 2.29 n/B "
-            "at P = 3 to 6, 4 MiB (`--only bench --algos lp,be,auto`, one run), where these tables read 2.34 to "
-            "2.45: part of the excess is that artefact of the emulation."
+            "at P = 3 to 6, 4 MiB (`--only bench --algos lp,be,auto`, one run), where the tables under `--egress "
+            "shared` read 2.34 to 2.45: part of the excess is that artefact of the emulation"
+            + (", and these rows were measured under it." if "bench" in shared else ", and these rows were not.")
         )
     if rest:
         cases = ", ".join(f"{r['algo']} {r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])}" for r in rest)
@@ -470,9 +474,10 @@ def _misses(s: dict) -> list[str]:
     return out
 
 
-def _chains_words(chains: list[dict]) -> str:
+def _chains_words(chains: list[dict], shared: bool = True) -> str:
     """LP's overlapped allreduce across 4 racks: what was ruled out, and the emulation's
-    artefact that the rows measure (its connections carry data both ways)."""
+    artefact that the rows measure where they were measured under ``--egress shared`` (its
+    connections carry data both ways)."""
     cases = _cases(chains, lambda r: f"uplinks {layout_of(r).uplink} of a port, {r['error']:+.0%}")
     words = (
         f"- LP's allreduce across 4 racks ({cases}): slower than the model in every such row, by about the same "
@@ -488,6 +493,11 @@ def _chains_words(chains: list[dict]) -> str:
         "TCP reno instead of bbr 11.18 and 19.14, and FIFOs of 256 KiB instead of 1220 KiB (ports) and 1 MiB "
         "(uplinks) 15.04 and 15.52."
     )
+    if not shared:
+        return words + (
+            " These rows were measured under `--egress per-peer`, which cured that emulation's artefact "
+            "(docs/distributed.md): which side is wrong here is not known."
+        )
     return words + (
         " The measurement is wrong, an artefact of the emulation: `lptrain-cluster --link-usage` (docs/distributed.md) "
         "showed the chain's uplinks below their rate with their queues empty most of the time, and `ss -ti` in the "
@@ -498,7 +508,8 @@ def _chains_words(chains: list[dict]) -> str:
         "alone taken first (tried on 2026-12-06, `python scripts/cluster_results.py --only racks`, one run) the same "
         "rows read 8.43 and 8.26 n/B over 4 nodes at 4 and 16 MiB and 8.51 and 8.29 over 8 with uplinks at a "
         "quarter (the model: 8.55, 8.20, 8.77, 8.25), and 4.25 over 4 nodes at 16 MiB with uplinks at half (the "
-        "model 4.11). That change was not kept (docs/distributed.md says why), so these rows stay as measured."
+        "model 4.11). `--egress per-peer`, the default since 2026-12-07, cures it (docs/distributed.md); these rows "
+        "were measured before."
     )
 
 

@@ -383,7 +383,8 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
         row("reduce", "mst", 14, ratio=5.17),
     ]
     fitted = [{**row("broadcast", "lp", 16, error=0.27), "cores": 2}]
-    words = cluster_results._misses({"over_15": misses, "held": [lp_star, lp_racks, *misses], "fitted": fitted})
+    s = {"over_15": misses, "held": [lp_star, lp_racks, *misses], "fitted": fitted}
+    words = cluster_results._misses(s, {"racks"})
     text = "\n".join(words)
     assert len(words) == 7, words
     assert "below the 128 KiB the link sets" in words[0] and "The model is wrong here" in words[0]
@@ -417,6 +418,11 @@ def test_each_part_of_the_record_keeps_its_own_date_and_machine():
     words = tb.provenance({**old, "conditions": {**old["conditions"], "parts": parts}})
     assert "the star (P = 4, 8, 9) 2026-12-06, the star (P = 2, 3) 2026-12-07" in words
     assert "the training runs 2026-12-06 on Intel Xeon" in words and "auto's tuning 2026-12-04 on vm" in words
+    assert "on Intel Xeon, 2 cores" in words and words.count("`--egress shared`") == 2  # per machine
+    ex.stamp_part(parts, "racks", {"date": "2026-12-07", "machine": xeon, "egress": "per-peer"})
+    words = tb.provenance({**old, "conditions": {**old["conditions"], "parts": parts}})
+    (racks,) = [group for group in words.split("; ") if group.startswith("the racks")]
+    assert racks.startswith("the racks 2026-12-07 on Intel Xeon") and racks.endswith("no GPU, `--egress per-peer`")
     assert tb.node_list([2, 3, 4, 5, 6, 7, 8, 10, 12, 16]) == "2 to 8, 10, 12, 16"
     assert tb.node_list([4, 5, 8]) == "4, 5, 8"
 
@@ -467,6 +473,9 @@ def test_a_part_measured_at_another_nice_says_so_beside_the_record_s(monkeypatch
                       algos=("be",), ops=("allreduce",))  # fmt: skip
     stamp = data["conditions"]["parts"]["bench"][-1]
     assert stamp["nice"] == ex.os.nice(0) and stamp["rows"] == "be allreduce"
+    assert stamp["egress"] == ex.EGRESS == "per-peer"  # what every run was told (below), and the default
+    argv = ex._cluster(4, "200mbit", tmp_path, ["true"], 60)
+    assert argv[argv.index("--egress") + 1] == "per-peer"
     data["conditions"]["nice"] = -10
     stamp["nice"] = -20
     assert tb.nice_phrase(data) == "nice -10, the star's be allreduce at -20"
@@ -475,9 +484,10 @@ def test_a_part_measured_at_another_nice_says_so_beside_the_record_s(monkeypatch
 
 
 def test_lp_across_4_racks_is_named_the_emulations_artefact_with_the_rows_it_moves():
-    """The overlapped chain's rows across 4 racks: the rows named with their errors, and the
-    cause found (the shaper's small packets first resending queued data), with the figures of
-    the classifier tried and not kept."""
+    """The overlapped chain's rows across 4 racks: the rows named with their errors, and, where
+    they were measured under ``--egress shared``, the cause found (the shaper's small packets
+    first resending queued data) with the figures of the cure; under ``per-peer``, which
+    cures it, no cause is claimed."""
     import cluster_results
 
     n_over_b_us = (1 << 20) / 25e6 * 1e6
@@ -487,11 +497,14 @@ def test_lp_across_4_racks_is_named_the_emulations_artefact_with_the_rows_it_mov
         return {**_row("allreduce", algo, p, four, time_us=ratio * n_over_b_us), "error": error}
 
     misses = [row("lp", 4, 10.0, -0.2), row("lp", 8, 10.4, -0.18)]
-    (words,) = cluster_results._misses({"over_15": misses, "held": misses})
+    (words,) = cluster_results._misses({"over_15": misses, "held": misses}, {"racks"})
     assert "P = 4, 1 MiB (uplinks 1/4 of a port, -20%), P = 8, 1 MiB (uplinks 1/4 of a port, -18%)" in words, words
     assert "The measurement is wrong, an artefact of the emulation" in words, words
-    assert "resending up to 40% of their bytes" in words and "docs/distributed.md says why" in words
-    assert "not found" not in words
+    assert "resending up to 40% of their bytes" in words and "`--egress per-peer`, the default since" in words
+    assert "not found" not in words and "not known" not in words
+    (words,) = cluster_results._misses({"over_15": misses, "held": misses}, {"bench"})
+    assert "P = 4, 1 MiB (uplinks 1/4 of a port, -20%)" in words and "which side is wrong here is not known" in words
+    assert "artefact of the emulation:" not in words and "resending" not in words
 
 
 def test_be_and_mst_on_racks_are_said_slower_or_faster_than_the_model_as_their_rows_are():

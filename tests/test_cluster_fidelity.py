@@ -22,6 +22,7 @@ from lptrain.cluster.launch import Outcome
 from lptrain.cluster.netns import allowed_congestion, list_namespaces
 from lptrain.cluster.plan import (
     ACK_BYTES,
+    EGRESS,
     GSO_BYTES,
     MTU,
     ClusterSpec,
@@ -64,30 +65,38 @@ def test_every_veth_end_and_bridge_has_the_large_mtu():
         assert _value_after(c, "mtu") == str(MTU), c
 
 
-def test_the_bucket_holds_two_gso_packets_and_a_fifo_queues_behind_it():
+def test_the_bucket_holds_two_gso_packets_and_a_fifo_queues_behind_each_data_class():
     """A bucket under one GSO packet makes the shaper cut every super-packet to the MTU: the
-    host's softirq, not the link, then sets the time (50 KB at 200 Mbit/s did)."""
-    for rate in ("10mbit", "200mbit", "1gbit", "10gbit"):
-        plan = build_plan(_spec(link_bits=parse_rate(rate)), "lpc1")
-        for shaping in plan.shaping:
-            commands = _shaping_commands(plan, shaping)
-            classes = [c for c in commands if "class" in c]
-            assert len(classes) == 3, commands
-            for c in classes:
-                for bucket in ("burst", "cburst"):
-                    assert int(_value_after(c, bucket)) >= 2 * GSO_BYTES
-                assert int(_value_after(c, "burst")) >= shaping.bits / 8 * 0.002  # 2 ms of a fast link
-            root = [c for c in classes if _value_after(c, "parent") == "1:"]
-            assert len(root) == 1
-            assert _value_after(root[0], "rate") == _value_after(root[0], "ceil") == f"{shaping.bits}bit"
-            fifo = [c for c in commands if "bfifo" in c]
-            assert len(fifo) == 1 and _value_after(fifo[0], "parent") == "1:20"
-            assert int(_value_after(fifo[0], "limit")) >= max(16 * GSO_BYTES, shaping.bits / 8 * 0.05)
-            assert not any(w in c for c in commands for w in ("netem", "tbf", "fq", "sfq"))
+    host's softirq, not the link, then sets the time (50 KB at 200 Mbit/s did). Under either
+    egress: ``shared`` has one data FIFO per port, ``per-peer`` one per destination at a
+    node's own port (and one at the switch's end)."""
+    for egress in EGRESS:
+        for rate in ("10mbit", "200mbit", "1gbit", "10gbit"):
+            plan = build_plan(_spec(link_bits=parse_rate(rate)), "lpc1", egress=egress)
+            for shaping in plan.shaping:
+                commands = _shaping_commands(plan, shaping)
+                classes = [c for c in commands if "class" in c]
+                assert len(classes) == 3 + len(shaping.peers), commands  # root, ACKs, a FIFO per data class
+                for c in classes:
+                    for bucket in ("burst", "cburst"):
+                        assert int(_value_after(c, bucket)) >= 2 * GSO_BYTES
+                    assert int(_value_after(c, "burst")) >= shaping.bits / 8 * 0.002  # 2 ms of a fast link
+                root = [c for c in classes if _value_after(c, "parent") == "1:"]
+                assert len(root) == 1
+                assert _value_after(root[0], "rate") == _value_after(root[0], "ceil") == f"{shaping.bits}bit"
+                fifos = [c for c in commands if "bfifo" in c]
+                data = ["1:20", *shaping.peer_classes]
+                assert sorted(_value_after(c, "parent") for c in fifos) == sorted(data)
+                for fifo in fifos:
+                    assert int(_value_after(fifo, "limit")) >= max(16 * GSO_BYTES, shaping.bits / 8 * 0.05)
+                assert not any(w in c for c in commands for w in ("netem", "tbf", "fq", "sfq"))
+            assert any(s.peers for s in plan.shaping) == (egress == "per-peer")
 
 
-def test_acks_go_first_and_only_small_packets_are_taken_for_acks():
-    plan = build_plan(_spec(), "lpc1")
+def test_acks_go_first_and_only_small_packets_are_taken_for_acks_by_the_shared_shaper():
+    """``--egress shared`` takes every IP packet under ``ACK_BYTES`` for an ACK
+    (tests/test_cluster_queues.py: ``per-peer``'s pure ACKs)."""
+    plan = build_plan(_spec(), "lpc1", egress="shared")
     for shaping in plan.shaping:
         commands = _shaping_commands(plan, shaping)
         (root,) = [c for c in commands if "qdisc" in c and "root" in c]

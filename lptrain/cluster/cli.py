@@ -53,6 +53,7 @@ from lptrain.cluster.netns import (
     stale_prefixes,
 )
 from lptrain.cluster.plan import (
+    DEFAULT_EGRESS,
     EGRESS,
     LAYOUTS,
     PLACEMENTS,
@@ -134,10 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--egress",
         choices=EGRESS,
-        default="shared",
-        help="how each node's own port queues what it sends: shared (one FIFO, every packet under 128 bytes "
-        "first; the documents' figures) or per-peer (a FIFO per destination, as a host keeps a queue per flow, "
-        "and TCP's pure ACKs alone first)",
+        default=DEFAULT_EGRESS,
+        help="how each node's own port queues what it sends: per-peer (the default: a FIFO per destination, as "
+        "a host keeps a queue per flow, and TCP's pure ACKs alone first) or shared (one FIFO, every packet under "
+        "128 bytes first: the shaper of the figures measured before 2026-12-07)",
     )
     parser.add_argument("--slow", action="append", default=[], metavar="NODE=RATE", help="one node's own port rate")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")

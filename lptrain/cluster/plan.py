@@ -22,8 +22,8 @@ How the links are shaped, and why. The emulation must cost the host little CPU, 
 CPU and not the link sets the times; and a flow must get its port's rate as it would on
 real cables. Each direction of a port is an ``htb`` shaper at the port's rate (one class,
 a token bucket) with two leaves: IP packets under ``ACK_BYTES`` (TCP's pure ACKs) first,
-everything else in one FIFO (``bfifo``); ``egress="per-peer"`` changes both (the last
-point). The figures below are the fidelity check's (``lptrain.cluster.fidelity``: every
+everything else in one FIFO (``bfifo``); ``egress="per-peer"``, the default, changes both
+(the last point). The figures below are the fidelity check's (``lptrain.cluster.fidelity``: every
 port sending and receiving at once) or the benchmark's, 8 nodes at 200 Mbit/s on a
 2-core host.
 
@@ -94,8 +94,8 @@ port sending and receiving at once) or the benchmark's, 8 nodes at 200 Mbit/s on
   9.63, the simulator 8.55 and 8.20) and 8.65 and 8.21 at P = 8 (11.85 and 10.39; 8.77 and
   8.25), 4.13 with uplinks at half (4.80; 4.11), and 2.24 and 2.10 on a star of 4 (2.56 and
   2.21); LP's broadcast and reduce of 16 MiB over a star of 16 took 1.17 and 1.26 (1.14 and
-  1.24); MST, the ring and gloo's own collectives moved by 1% at most. ``shared`` stays the
-  default until the documents' figures are measured again under ``per-peer``.
+  1.24); MST, the ring and gloo's own collectives moved by 1% at most. ``per-peer`` is the
+  default (``DEFAULT_EGRESS``); ``shared`` is kept to re-run a figure measured with it.
 
 ``lptrain.cluster.fidelity`` measures at every start that the host carries what was asked.
 
@@ -132,6 +132,7 @@ PURE_ACK_MATCH = (
     "match", "u8", "0x10", "0xff", "at", "33",  # TCP's flags: ACK and nothing else (no PSH, SYN, FIN, RST)
 )  # fmt: skip
 EGRESS = ("shared", "per-peer")  # how a node's own port queues what it sends (see the module's docstring)
+DEFAULT_EGRESS = "per-peer"  # the faithful one: a real host keeps a queue per flow (the last point above)
 ACK_SHARE = 50  # the ACK class is assured 1/50 of the port's rate (and may borrow the rest)
 CONGESTION_CONTROL = "bbr"  # in every namespace, where the kernel allows it
 
@@ -289,7 +290,7 @@ class ClusterPlan:
     commands: tuple[tuple[str, ...], ...]  # in order, after the namespaces are added
     shaping: tuple[Shaping, ...]
     congestion: str | None = CONGESTION_CONTROL  # None: each namespace keeps the default it inherits from the host
-    egress: str = "shared"  # one of EGRESS: how a node's own port queues what it sends
+    egress: str = DEFAULT_EGRESS  # one of EGRESS: how a node's own port queues what it sends
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -345,7 +346,7 @@ def _veth(namespace: str, end: str, peer: str, peer_namespace: str | None = None
 
 
 def build_plan(
-    spec: ClusterSpec, prefix: str, congestion: str | None = CONGESTION_CONTROL, egress: str = "shared"
+    spec: ClusterSpec, prefix: str, congestion: str | None = CONGESTION_CONTROL, egress: str = DEFAULT_EGRESS
 ) -> ClusterPlan:
     """The namespaces and the ``ip``/``tc`` commands that make ``spec``'s cluster, with TCP's
     congestion control set to ``congestion`` in every namespace (None: left as it is) and

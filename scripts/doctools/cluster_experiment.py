@@ -24,7 +24,7 @@ from pathlib import Path
 
 from doctools.launch import lptrain_cluster
 from doctools.machine import machine
-from lptrain.cluster.plan import parse_rate
+from lptrain.cluster.plan import DEFAULT_EGRESS, parse_rate
 from lptrain.comm.algorithms import SCHEDULES, WITH_VARIANTS
 from lptrain.comm.sizes import parse_size
 from lptrain.sim.rates import parse_fraction
@@ -39,6 +39,9 @@ TABLE_ALGOS = (*SCHEDULE_ALGOS, "gloo", "auto")  # as the benchmark's rows name 
 RACK_ALGOS = (*WITH_VARIANTS, "nccl", "auto")
 RACK_TABLE_ALGOS = (*WITH_VARIANTS, "gloo", "auto")
 SMALL, BIG = 4 << 20, 16 << 20  # the messages the documents' tables show (the default sizes' ends)
+# How every node's port queues what it sends, named on each run and in each part's stamp; a
+# stamp without it is from before 2026-12-07, when the only shaper was ``shared``.
+EGRESS = DEFAULT_EGRESS
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ def layout_of(row: dict) -> Layout:
 def _cluster(
     nodes: int, link: str, logs: Path, command: list[str], timeout_s: float, layout: Layout = STAR
 ) -> list[str]:
-    options = ("--nodes", str(nodes), "--link", link, "--quiet", "--logs", str(logs), "--timeout", str(int(timeout_s)))
+    options = ("--nodes", str(nodes), "--link", link, "--egress", EGRESS, "--quiet", "--logs", str(logs),
+               "--timeout", str(int(timeout_s)))  # fmt: skip
     return [*lptrain_cluster(*options, *layout.options(link)), *command]
 
 
@@ -227,7 +231,7 @@ def ddp_on_cluster(nodes: int, link: str, layout: Layout, steps: int, repeats: i
     out = work / f"ddp-p{nodes}-{layout.racks}r.json"
     load = os.getloadavg()[0]
     # not --quiet: the DDP runs hand their figures back on node 0's standard output
-    cluster = " ".join(("--nodes", str(nodes), "--link", link, *layout.options(link)))
+    cluster = " ".join(("--nodes", str(nodes), "--link", link, "--egress", EGRESS, *layout.options(link)))
     script = Path(__file__).resolve().parents[1] / "bench_ddp_hook.py"
     command = [sys.executable, str(script), "--recipe", "googlenet", "--steps", str(steps), "--repeats", str(repeats),
                "--warmup", str(DDP_WARMUP), "--variants", ",".join(DDP_VARIANTS), "--cluster", cluster,
@@ -396,7 +400,8 @@ def measure(
     held_star = sorted({r["nodes"] for r in data.get("bench", []) if layout_of(r) == STAR})
 
     def measured(part: str, measured_nodes: list[int] | None = None, rows: str | None = None) -> None:
-        now = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine(), "nice": os.nice(0)}
+        now = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M"), "machine": machine(), "nice": os.nice(0),
+               "egress": EGRESS}  # fmt: skip
         stamp_part(kept, part, now, measured_nodes, held_star, rows)
         save(data)
 

@@ -503,13 +503,27 @@ def nice_phrase(data: dict) -> str:
 
 
 def provenance(data: dict) -> str:
-    """Which part was measured when and on which machine, grouped by machine (the parts of
-    one record can be measured on different days and machines: ``--only``)."""
-    groups: dict[str, list[str]] = {}
+    """Which part was measured when, on which machine and under which shaper, grouped by
+    machine and shaper (the parts of one record can be measured on different days and
+    machines: ``--only``; a stamp without ``egress`` predates ``--egress``: ``shared``)."""
+    groups: dict[tuple[str, str], list[str]] = {}
     for part, stamps in sorted(parts_measured(data).items(), key=lambda kv: list(PART_NAMES).index(kv[0])):
         for stamp in stamps:
             words = machine_words(stamp["machine"]) if stamp.get("machine") else "machine not recorded"
             nodes = f" (P = {node_list(stamp['nodes'])})" if stamp.get("nodes") else ""
             rows = f"'s {stamp['rows']}" if stamp.get("rows") else ""
-            groups.setdefault(words, []).append(f"{PART_NAMES[part]}{rows}{nodes} {stamp['date']}")
-    return "; ".join(f"{', '.join(items)} on {words}" for words, items in groups.items())
+            key = (words, egress_of(stamp))
+            groups.setdefault(key, []).append(f"{PART_NAMES[part]}{rows}{nodes} {stamp['date']}")
+    return "; ".join(f"{', '.join(items)} on {words}, `--egress {egress}`" for (words, egress), items in groups.items())
+
+
+def part_egresses(data: dict, part: str) -> set[str]:
+    """The shapers ``part``'s rows were measured under (more than one where ``--only`` ran it
+    again in part)."""
+    return {egress_of(stamp) for stamp in parts_measured(data).get(part, [])}
+
+
+def egress_of(stamp: dict) -> str:
+    """How the run's ports queued what they sent: every run before 2026-12-07 had one shaper,
+    ``shared``, and its stamp does not say."""
+    return stamp.get("egress", "shared")
