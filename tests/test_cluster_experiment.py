@@ -483,6 +483,50 @@ def test_a_part_measured_at_another_nice_says_so_beside_the_record_s(monkeypatch
     assert tb.nice_phrase(data) == "nice -10"
 
 
+def test_lp_s_misses_under_one_shaper_against_a_fit_under_another_are_said_to_be_the_shapers():
+    """Rows measured under ``--egress shared`` held against a crowding figure fitted on rows
+    measured under ``per-peer`` say nothing of the model: the paragraph names both shapers."""
+    import cluster_results
+
+    n_over_b_us = (1 << 20) / 25e6 * 1e6
+
+    def row(op, p, error, ratio, egress):
+        return {**_row(op, "lp", p, time_us=ratio * n_over_b_us), "error": error, "egress": egress}
+
+    misses = [row("broadcast", 14, 0.19, 1.10, "shared"), row("reduce", 15, 0.16, 1.15, "shared")]
+    fitted = [{**row("broadcast", 16, -0.2, 1.52, "per-peer"), "cores": 2}]
+    (words,) = cluster_results._misses({"over_15": misses, "held": misses, "fitted": fitted}, {"bench"})
+    assert "measured under `--egress shared`, the rows at P = 16" in words, words
+    assert "under `--egress per-peer`, which reads LP's broadcast there at 1.52 n/B (-20% off the model)" in words
+    assert "the model is wrong" not in words
+    same = [{**r, "egress": "per-peer"} for r in misses]
+    (words,) = cluster_results._misses({"over_15": same, "held": same, "fitted": fitted}, set())
+    assert "the model is wrong" in words and "two shapers" not in words
+    assert ex.layout_of(misses[0]) == ex.STAR
+    data = {
+        "conditions": {
+            "date": "2026-12-06",
+            "machine": "epyc",
+            "parts": {
+                "bench": [
+                    {"date": "2026-12-06", "machine": "epyc", "nodes": [14, 15, 16]},
+                    {"date": "2026-12-07", "machine": "epyc", "nodes": [16], "egress": "per-peer"},
+                    {
+                        "date": "2026-12-07",
+                        "machine": "epyc",
+                        "nodes": [14],
+                        "egress": "per-peer",
+                        "rows": "ring reduce",
+                    },
+                ]
+            },
+        }
+    }
+    assert [tb.row_egress(data, _row(op, a, p)) for op, a, p in (
+        ("broadcast", "lp", 14), ("broadcast", "lp", 16), ("reduce", "ring", 14), ("reduce", "lp", 14))] == [
+        "shared", "per-peer", "per-peer", "shared"]  # fmt: skip
+
+
 def test_lp_across_4_racks_is_named_the_emulations_artefact_with_the_rows_it_moves():
     """The overlapped chain's rows across 4 racks: the rows named with their errors, and, where
     they were measured under ``--egress shared``, the cause found (the shaper's small packets

@@ -18,8 +18,9 @@ import sys
 import pytest
 from test_cluster import needs_namespaces
 
+from lptrain.cluster.cli import build_parser
 from lptrain.cluster.netns import list_namespaces
-from lptrain.cluster.plan import NODE_IF, ClusterSpec, ClusterSpecError, Shaping, build_plan
+from lptrain.cluster.plan import NODE_IF, ClusterSpec, ClusterSpecError, Shaping, build_plan, parse_rate
 
 CLUSTER = [sys.executable, "-m", "lptrain.cluster.cli"]
 MBIT = 1_000_000
@@ -128,6 +129,11 @@ def test_every_per_peer_queue_is_a_bounded_fifo_and_the_rates_add_up_to_the_port
 
 
 def test_the_plan_says_how_its_ports_queue_and_refuses_an_unknown_egress():
+    """per-peer is the default of the plan and of the command line; shared stays to re-run a
+    figure measured with it."""
+    default = build_plan(ClusterSpec(nodes=3, link_bits=parse_rate("200mbit")), "lpc1")
+    assert default.egress == "per-peer" and any(s.peers for s in default.shaping)
+    assert build_parser().parse_args(["--", "true"]).egress == "per-peer"
     assert "a FIFO per destination at each node's own port, pure ACKs first" in _plan("per-peer").describe_links()
     assert "and ACKs first per 200mbit port" in _plan("shared").describe_links()
     with pytest.raises(ClusterSpecError, match="--egress must be one of shared, per-peer, got 'fair'"):

@@ -523,6 +523,20 @@ def part_egresses(data: dict, part: str) -> set[str]:
     return {egress_of(stamp) for stamp in parts_measured(data).get(part, [])}
 
 
+def row_egress(data: dict, row: dict) -> str:
+    """The shaper ``row`` was measured under: that of the newest stamp of its part (the racks
+    or the star) that covers its node count and, where the stamp names rows, its algorithm
+    and op."""
+    part = "bench" if layout_of(row) == STAR else "racks"
+    covering = [
+        stamp
+        for stamp in parts_measured(data).get(part, [])
+        if (stamp.get("nodes") is None or row["nodes"] in stamp["nodes"])
+        and (not stamp.get("rows") or {row["algo"], row["op"]} <= set(stamp["rows"].split()))
+    ]
+    return egress_of(covering[-1]) if covering else "shared"
+
+
 def egress_of(stamp: dict) -> str:
     """How the run's ports queued what they sent: every run before 2026-12-07 had one shaper,
     ``shared``, and its stamp does not say."""
