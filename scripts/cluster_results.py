@@ -407,8 +407,7 @@ def _misses(s: dict, shared: set[str] = frozenset()) -> list[str]:
                 "per-peer, 1.21 and 1.31 under shared."
             )
             crowded = []
-    if crowded:
-        cases = _cases(crowded, lambda r: f"{r['algo']} {r['op']} {r['error']:+.0%}")
+    if crowded:  # ``cases`` as above: the rows are the same
         out.append(
             f"- LP's chain on the star where the model is slower than the measurement ({cases}): the model is "
             "wrong. Its cost per message grows with the processes per core by one figure fitted over every "
