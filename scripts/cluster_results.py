@@ -238,10 +238,7 @@ def _simulator_section(data: dict) -> list[str]:
         "",
     ]
     if s["over_15"]:
-        shared = {part for part in ("bench", "racks") if "shared" in tb.part_egresses(data, part)}
-        for r in (*s["held"], *s.get("fitted", [])):
-            r["egress"] = tb.row_egress(data, r)
-        misses = _misses(s, shared)
+        misses = _misses(s)
         lines += ["The rows more than 15% off, and which side is wrong:", "", *tb.misses_table(s), "", *misses, ""]
     return lines
 
@@ -283,10 +280,10 @@ def _bucket_lines(s: dict) -> list[str]:
     ]
 
 
-def _misses(s: dict, shared: set[str] = frozenset()) -> list[str]:
+def _misses(s: dict) -> list[str]:
     """Which of the model and the measurement each kind of miss points at, with the figures
-    from the rows that tell them apart. ``shared``: the parts (bench, racks) with rows
-    measured under ``--egress shared``, whose artefact explains some misses."""
+    from the rows that tell them apart. A row's ``egress`` (``tb.row_egress``) says whether
+    it was measured under ``--egress shared``, whose artefact explains some misses."""
     misses = s["over_15"]
     racks = [r for r in misses if layout_of(r) != ex.STAR and r["algo"] in ("be", "mst")]
     small_blocks = [r for r in misses if r["algo"] == "auto" and layout_of(r) != ex.STAR and _block(r) == 64 << 10]
@@ -417,7 +414,7 @@ def _misses(s: dict, shared: set[str] = frozenset()) -> list[str]:
             "not verified."
         )
     if chains:
-        out.append(_chains_words(chains, "racks" in shared))
+        out.append(_chains_words(chains, _under_shared(chains)))
     if trees:
         cases = _cases(trees, lambda r: f"{tb.n_over_b(r):.2f} n/B")
         out.append(
@@ -487,12 +484,22 @@ def _misses(s: dict, shared: set[str] = frozenset()) -> list[str]:
             "2026-12-06 and not kept; see LP's allreduce across 4 racks above) the same rows read 2.19 to 2.29 n/B "
             "at P = 3 to 6, 4 MiB (`--only bench --algos lp,be,auto`, one run), where the tables under `--egress "
             "shared` read 2.34 to 2.45: part of the excess is that artefact of the emulation"
-            + (", and these rows were measured under it." if "bench" in shared else ", and these rows were not.")
+            + (
+                ", and these rows were measured under it."
+                if _under_shared(overlapped)
+                else ", and these rows were not."
+            )
         )
     if rest:
         cases = ", ".join(f"{r['algo']} {r['op']} at P = {r['nodes']}, {tb.size_label(r['size'])}" for r in rest)
         out.append(f"- {len(rest)} other row(s) ({cases}): not studied; which side is wrong is not known.")
     return out
+
+
+def _under_shared(rows: list[dict]) -> bool:
+    """Whether any of ``rows`` was measured under ``--egress shared`` (a row that does not
+    say predates ``--egress``)."""
+    return any(r.get("egress", "shared") == "shared" for r in rows)
 
 
 def _chains_words(chains: list[dict], shared: bool = True) -> str:

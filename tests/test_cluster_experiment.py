@@ -384,7 +384,7 @@ def test_each_kind_of_miss_is_named_with_its_side_and_an_unknown_one_stays_not_s
     ]
     fitted = [{**row("broadcast", "lp", 16, error=0.27), "cores": 2}]
     s = {"over_15": misses, "held": [lp_star, lp_racks, *misses], "fitted": fitted}
-    words = cluster_results._misses(s, {"racks"})
+    words = cluster_results._misses(s)  # rows that do not name a shaper predate --egress: shared
     text = "\n".join(words)
     assert len(words) == 7, words
     assert "below the 128 KiB the link sets" in words[0] and "The model is wrong here" in words[0]
@@ -495,12 +495,12 @@ def test_lp_s_misses_under_one_shaper_against_a_fit_under_another_are_said_to_be
 
     misses = [row("broadcast", 14, 0.19, 1.10, "shared"), row("reduce", 15, 0.16, 1.15, "shared")]
     fitted = [{**row("broadcast", 16, -0.2, 1.52, "per-peer"), "cores": 2}]
-    (words,) = cluster_results._misses({"over_15": misses, "held": misses, "fitted": fitted}, {"bench"})
+    (words,) = cluster_results._misses({"over_15": misses, "held": misses, "fitted": fitted})
     assert "measured under `--egress shared`, the rows at P = 16" in words, words
     assert "under `--egress per-peer`, which reads LP's broadcast there at 1.52 n/B (-20% off the model)" in words
     assert "the model is wrong" not in words
     same = [{**r, "egress": "per-peer"} for r in misses]
-    (words,) = cluster_results._misses({"over_15": same, "held": same, "fitted": fitted}, set())
+    (words,) = cluster_results._misses({"over_15": same, "held": same, "fitted": fitted})
     assert "the model is wrong" in words and "two shapers" not in words
     assert ex.layout_of(misses[0]) == ex.STAR
     data = {
@@ -522,9 +522,15 @@ def test_lp_s_misses_under_one_shaper_against_a_fit_under_another_are_said_to_be
             },
         }
     }
-    assert [tb.row_egress(data, _row(op, a, p)) for op, a, p in (
+    parts = ex.parts_measured(data)
+    assert [tb.row_egress(parts, _row(op, a, p)) for op, a, p in (
         ("broadcast", "lp", 14), ("broadcast", "lp", 16), ("reduce", "ring", 14), ("reduce", "lp", 14))] == [
         "shared", "per-peer", "per-peer", "shared"]  # fmt: skip
+    # every row the tables read carries its shaper, and the record is left as it was
+    data["conditions"]["link_bytes_per_s"] = 25e6
+    data["bench"] = [_row("broadcast", "lp", 14), _row("broadcast", "lp", 16)]
+    assert [r["egress"] for r in tb.rows_of(data, None)] == ["shared", "per-peer"]
+    assert all("egress" not in r for r in data["bench"])
 
 
 def test_lp_across_4_racks_is_named_the_emulations_artefact_with_the_rows_it_moves():
@@ -537,16 +543,17 @@ def test_lp_across_4_racks_is_named_the_emulations_artefact_with_the_rows_it_mov
     n_over_b_us = (1 << 20) / 25e6 * 1e6
     four = ex.Layout(4, "1/4")
 
-    def row(algo, p, ratio, error):
-        return {**_row("allreduce", algo, p, four, time_us=ratio * n_over_b_us), "error": error}
+    def row(algo, p, ratio, error, egress):
+        return {**_row("allreduce", algo, p, four, time_us=ratio * n_over_b_us), "error": error, "egress": egress}
 
-    misses = [row("lp", 4, 10.0, -0.2), row("lp", 8, 10.4, -0.18)]
-    (words,) = cluster_results._misses({"over_15": misses, "held": misses}, {"racks"})
+    misses = [row("lp", 4, 10.0, -0.2, "shared"), row("lp", 8, 10.4, -0.18, "per-peer")]
+    (words,) = cluster_results._misses({"over_15": misses, "held": misses})
     assert "P = 4, 1 MiB (uplinks 1/4 of a port, -20%), P = 8, 1 MiB (uplinks 1/4 of a port, -18%)" in words, words
     assert "The measurement is wrong, an artefact of the emulation" in words, words
     assert "resending up to 40% of their bytes" in words and "`--egress per-peer`, the default since" in words
     assert "not found" not in words and "not known" not in words
-    (words,) = cluster_results._misses({"over_15": misses, "held": misses}, {"bench"})
+    misses = [{**r, "egress": "per-peer"} for r in misses]
+    (words,) = cluster_results._misses({"over_15": misses, "held": misses})
     assert "P = 4, 1 MiB (uplinks 1/4 of a port, -20%)" in words and "which side is wrong here is not known" in words
     assert "artefact of the emulation:" not in words and "resending" not in words
 

@@ -87,9 +87,11 @@ def host_cores(data: dict) -> int | None:
 
 def rows_of(data: dict, layout=STAR) -> list[dict]:
     """The benchmark's rows of one layout (every layout with None), each with the nominal
-    rate of a port in bytes/s and the host's cores."""
+    rate of a port in bytes/s, the host's cores and the shaper it was measured under
+    (``egress``, ``row_egress``)."""
     nominal = data["conditions"]["link_bytes_per_s"]
-    rows = [dict(r, link_nominal=nominal, cores=host_cores(data)) for r in data.get("bench", [])]
+    parts, cores = parts_measured(data), host_cores(data)
+    rows = [dict(r, link_nominal=nominal, cores=cores, egress=row_egress(parts, r)) for r in data.get("bench", [])]
     return rows if layout is None else [r for r in rows if layout_of(r) == layout]
 
 
@@ -517,20 +519,14 @@ def provenance(data: dict) -> str:
     return "; ".join(f"{', '.join(items)} on {words}, `--egress {egress}`" for (words, egress), items in groups.items())
 
 
-def part_egresses(data: dict, part: str) -> set[str]:
-    """The shapers ``part``'s rows were measured under (more than one where ``--only`` ran it
-    again in part)."""
-    return {egress_of(stamp) for stamp in parts_measured(data).get(part, [])}
-
-
-def row_egress(data: dict, row: dict) -> str:
+def row_egress(parts: dict[str, list[dict]], row: dict) -> str:
     """The shaper ``row`` was measured under: that of the newest stamp of its part (the racks
-    or the star) that covers its node count and, where the stamp names rows, its algorithm
-    and op."""
+    or the star) in ``parts`` (``parts_measured``) that covers its node count and, where the
+    stamp names rows, its algorithm and op."""
     part = "bench" if layout_of(row) == STAR else "racks"
     covering = [
         stamp
-        for stamp in parts_measured(data).get(part, [])
+        for stamp in parts.get(part, [])
         if (stamp.get("nodes") is None or row["nodes"] in stamp["nodes"])
         and (not stamp.get("rows") or {row["algo"], row["op"]} <= set(stamp["rows"].split()))
     ]
