@@ -414,7 +414,7 @@ def _misses(s: dict) -> list[str]:
             "not verified."
         )
     if chains:
-        out.append(_chains_words(chains, _under_shared(chains)))
+        out.append(_chains_words(chains))
     if trees:
         cases = _cases(trees, lambda r: f"{tb.n_over_b(r):.2f} n/B")
         out.append(
@@ -502,7 +502,7 @@ def _under_shared(rows: list[dict]) -> bool:
     return any(r.get("egress", "shared") == "shared" for r in rows)
 
 
-def _chains_words(chains: list[dict], shared: bool = True) -> str:
+def _chains_words(chains: list[dict]) -> str:
     """LP's overlapped allreduce across 4 racks: what was ruled out, and the emulation's
     artefact that the rows measure where they were measured under ``--egress shared`` (its
     connections carry data both ways)."""
@@ -521,9 +521,10 @@ def _chains_words(chains: list[dict], shared: bool = True) -> str:
         "TCP reno instead of bbr 11.18 and 19.14, and FIFOs of 256 KiB instead of 1220 KiB (ports) and 1 MiB "
         "(uplinks) 15.04 and 15.52."
     )
-    if not shared:
+    if not _under_shared(chains):
+        egresses = " and ".join(f"`--egress {e}`" for e in sorted({r["egress"] for r in chains}))
         return words + (
-            " These rows were measured under `--egress per-peer`, which cured that emulation's artefact "
+            f" These rows were measured under {egresses}, which cures that emulation's artefact "
             "(docs/distributed.md): which side is wrong here is not known."
         )
     return words + (
@@ -536,8 +537,8 @@ def _chains_words(chains: list[dict], shared: bool = True) -> str:
         "alone taken first (tried on 2026-12-06, `python scripts/cluster_results.py --only racks`, one run) the same "
         "rows read 8.43 and 8.26 n/B over 4 nodes at 4 and 16 MiB and 8.51 and 8.29 over 8 with uplinks at a "
         "quarter (the model: 8.55, 8.20, 8.77, 8.25), and 4.25 over 4 nodes at 16 MiB with uplinks at half (the "
-        "model 4.11). `--egress per-peer`, the default since 2026-12-07, cures it (docs/distributed.md); these rows "
-        "were measured before."
+        "model 4.11). `--egress per-peer` cures it, and so does `per-pair`, the default since 2026-12-07 "
+        "(docs/distributed.md); these rows were measured before."
     )
 
 

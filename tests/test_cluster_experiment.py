@@ -473,9 +473,9 @@ def test_a_part_measured_at_another_nice_says_so_beside_the_record_s(monkeypatch
                       algos=("be",), ops=("allreduce",))  # fmt: skip
     stamp = data["conditions"]["parts"]["bench"][-1]
     assert stamp["nice"] == ex.os.nice(0) and stamp["rows"] == "be allreduce"
-    assert stamp["egress"] == ex.EGRESS == "per-peer"  # what every run was told (below), and the default
+    assert stamp["egress"] == ex.EGRESS == "per-pair"  # what every run was told (below), and the default
     argv = ex._cluster(4, "200mbit", tmp_path, ["true"], 60)
-    assert argv[argv.index("--egress") + 1] == "per-peer"
+    assert argv[argv.index("--egress") + 1] == ex.EGRESS
     data["conditions"]["nice"] = -10
     stamp["nice"] = -20
     assert tb.nice_phrase(data) == "nice -10, the star's be allreduce at -20"
@@ -550,11 +550,13 @@ def test_lp_across_4_racks_is_named_the_emulations_artefact_with_the_rows_it_mov
     (words,) = cluster_results._misses({"over_15": misses, "held": misses})
     assert "P = 4, 1 MiB (uplinks 1/4 of a port, -20%), P = 8, 1 MiB (uplinks 1/4 of a port, -18%)" in words, words
     assert "The measurement is wrong, an artefact of the emulation" in words, words
-    assert "resending up to 40% of their bytes" in words and "`--egress per-peer`, the default since" in words
+    assert "resending up to 40% of their bytes" in words
+    assert "`--egress per-peer` cures it, and so does `per-pair`, the default" in words
     assert "not found" not in words and "not known" not in words
-    misses = [{**r, "egress": "per-peer"} for r in misses]
+    misses = [{**r, "egress": e} for r, e in zip(misses, ("per-peer", "per-pair"), strict=True)]
     (words,) = cluster_results._misses({"over_15": misses, "held": misses})
     assert "P = 4, 1 MiB (uplinks 1/4 of a port, -20%)" in words and "which side is wrong here is not known" in words
+    assert "measured under `--egress per-pair` and `--egress per-peer`, which cures" in words
     assert "artefact of the emulation:" not in words and "resending" not in words
 
 

@@ -69,7 +69,8 @@ def test_the_bucket_holds_two_gso_packets_and_a_fifo_queues_behind_each_data_cla
     """A bucket under one GSO packet makes the shaper cut every super-packet to the MTU: the
     host's softirq, not the link, then sets the time (50 KB at 200 Mbit/s did). Under either
     egress: ``shared`` has one data FIFO per port, ``per-peer`` one per destination at a
-    node's own port (and one at the switch's end)."""
+    node's own port (and one at the switch's end), ``per-pair`` also one per source at the
+    switch's end."""
     for egress in EGRESS:
         for rate in ("10mbit", "200mbit", "1gbit", "10gbit"):
             plan = build_plan(_spec(link_bits=parse_rate(rate)), "lpc1", egress=egress)
@@ -90,7 +91,9 @@ def test_the_bucket_holds_two_gso_packets_and_a_fifo_queues_behind_each_data_cla
                 for fifo in fifos:
                     assert int(_value_after(fifo, "limit")) >= max(16 * GSO_BYTES, shaping.bits / 8 * 0.05)
                 assert not any(w in c for c in commands for w in ("netem", "tbf", "fq", "sfq"))
-            assert any(s.peers for s in plan.shaping) == (egress == "per-peer")
+            assert any(s.peers for s in plan.shaping) == (egress != "shared")
+            switch_ends = [s for s in plan.shaping if s.namespace == plan.switch and not s.device.startswith("up")]
+            assert all(bool(s.peers) == (egress == "per-pair") for s in switch_ends)
 
 
 def test_acks_go_first_and_only_small_packets_are_taken_for_acks_by_the_shared_shaper():

@@ -51,6 +51,17 @@ def test_the_data_fifos_counters_are_read_from_tcs_output():
     assert parse_qdisc_stats("") == {}
 
 
+def test_a_port_with_a_fifo_per_source_counts_them_all():
+    """``--egress per-pair`` gives the switch's port toward a node a FIFO per source: the
+    port carried, dropped and held what all of them did."""
+    second = """\
+qdisc bfifo 968b: dev p2 parent 1:100 limit 1250000b
+ Sent 1000 bytes 3 pkt (dropped 2, overlimits 0 requeues 0)
+ backlog 9000b 1p requeues 0
+"""
+    assert parse_qdisc_stats(TC_OUTPUT + second)["p2"] == Counters(31267680, 5, 9000)
+
+
 def test_links_are_named_by_what_they_carry():
     plan = build_plan(ClusterSpec(nodes=4, link_bits=200 * 10**6, layout="racks", racks=2, uplink_bits=50 * 10**6), "t")
     names = link_names(plan)

@@ -136,9 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--egress",
         choices=EGRESS,
         default=DEFAULT_EGRESS,
-        help="how each node's own port queues what it sends: per-peer (the default: a FIFO per destination, as "
-        "a host keeps a queue per flow, and TCP's pure ACKs alone first) or shared (one FIFO, every packet under "
-        "128 bytes first: the shaper of the figures measured before 2026-12-07)",
+        help="how the ports queue what they carry: per-pair (the default: per-peer, and the switch's port toward "
+        "a node a FIFO per source), per-peer (a FIFO per destination at each node's own port, as a host keeps a "
+        "queue per flow, and TCP's pure ACKs alone first) or shared (one FIFO, every packet under 128 bytes first: "
+        "the shaper of the figures measured before 2026-12-07)",
     )
     parser.add_argument("--slow", action="append", default=[], metavar="NODE=RATE", help="one node's own port rate")
     parser.add_argument("--nproc-per-node", type=int, default=1, help="processes per node (default 1)")

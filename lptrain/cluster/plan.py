@@ -22,10 +22,10 @@ How the links are shaped, and why. The emulation must cost the host little CPU, 
 CPU and not the link sets the times; and a flow must get its port's rate as it would on
 real cables. Each direction of a port is an ``htb`` shaper at the port's rate (one class,
 a token bucket) with two leaves: IP packets under ``ACK_BYTES`` (TCP's pure ACKs) first,
-everything else in one FIFO (``bfifo``); ``egress="per-peer"``, the default, changes both
-(the last point). The figures below are the fidelity check's (``lptrain.cluster.fidelity``: every
-port sending and receiving at once) or the benchmark's, 8 nodes at 200 Mbit/s on a
-2-core host.
+everything else in one FIFO (``bfifo``); ``egress="per-peer"`` changes both, and
+``"per-pair"``, the default, the switch's ports too (the last two points). The figures
+below are the fidelity check's (``lptrain.cluster.fidelity``: every port sending and
+receiving at once) or the benchmark's, 8 nodes at 200 Mbit/s on a 2-core host.
 
 * The bucket (``burst``) holds two GSO packets at least (``BURST_MIN_BYTES``). A TCP
   sender hands the stack super-packets of up to 64 KiB and a veth carries each whole, one
@@ -94,8 +94,29 @@ port sending and receiving at once) or the benchmark's, 8 nodes at 200 Mbit/s on
   9.63, the simulator 8.55 and 8.20) and 8.65 and 8.21 at P = 8 (11.85 and 10.39; 8.77 and
   8.25), 4.13 with uplinks at half (4.80; 4.11), and 2.24 and 2.10 on a star of 4 (2.56 and
   2.21); LP's broadcast and reduce of 16 MiB over a star of 16 took 1.17 and 1.26 (1.14 and
-  1.24); MST, the ring and gloo's own collectives moved by 1% at most. ``per-peer`` is the
-  default (``DEFAULT_EGRESS``); ``shared`` is kept to re-run a figure measured with it.
+  1.24); MST, the ring and gloo's own collectives moved by 1% at most. ``shared`` is kept to
+  re-run a figure measured with it.
+* ``egress="per-pair"`` also gives the switch's port toward a node a FIFO per source node
+  (``Shaping.by``: picked by ``u32`` on the source address). Under ``per-peer`` a notice
+  from the chain's next node still queues, in the switch's one FIFO toward a node, behind
+  the data coming from the node before it, and that data arrives there in GSO packets of up
+  to 64 KiB, each let through at once by the sender's bucket: a notice can wait 10 ms at
+  50 Mbit/s behind one, where a real port, serializing 9000-byte frames, holds it behind one
+  frame. A stream keeps its order (it has one source), and a port shared by several senders
+  is shared by turns, as the simulator's fair shares do, instead of by arrival. LP's
+  broadcast over a star of 16 (2026-12-07, two rounds, the three shapers by turns, each run
+  past the fidelity check, `lptrain-cluster --nodes 16 --link R --egress X -- lptrain-bench
+  --op broadcast|reduce -b 4M -e 16M -f 4 --algo lp -n 1 --trials 3 --topology probe`, n/B
+  at 4 and 16 MiB against the rate measured at start): at 50 Mbit/s, ``per-pair`` 1.02 and
+  1.08, 1.09 and 1.07; ``per-peer`` 1.15 and 1.15, 1.17 and 1.15; ``shared`` 1.07 and 1.04
+  (``lptrain-cluster --link-usage``: under ``per-peer`` the switch's ports toward the chain's
+  nodes held a queue 4 to 26% of the time and were at their rate 77% of the time at node 1
+  falling to 55% at node 15; under ``shared``, 1 to 7% and 76 to 81% all along); at 200
+  Mbit/s broadcast 1.14 and 1.11, 1.10 and 1.08 (``per-peer`` 1.17 and 1.12, 1.17 and 1.11),
+  reduce 1.14 and 1.13, 1.18 and 1.13 (``per-peer`` 1.18 and 1.16, 1.25 and 1.22). LP's
+  overlapped allreduce over 4 racks of 2 with uplinks at a quarter, whose artefact under
+  ``shared`` ``per-peer`` cured, read 8.40 and 8.21 against ``per-peer``'s 8.43 and 8.20 in
+  the same hour. ``per-pair`` is the default (``DEFAULT_EGRESS``) since 2026-12-07.
 
 ``lptrain.cluster.fidelity`` measures at every start that the host carries what was asked.
 
@@ -131,8 +152,8 @@ PURE_ACK_MATCH = (
     *SHORT_PACKET_MATCH,  # no payload to speak of
     "match", "u8", "0x10", "0xff", "at", "33",  # TCP's flags: ACK and nothing else (no PSH, SYN, FIN, RST)
 )  # fmt: skip
-EGRESS = ("shared", "per-peer")  # how a node's own port queues what it sends (see the module's docstring)
-DEFAULT_EGRESS = "per-peer"  # the faithful one: a real host keeps a queue per flow (the last point above)
+EGRESS = ("shared", "per-peer", "per-pair")  # how a node's own port queues what it sends (see the module's docstring)
+DEFAULT_EGRESS = "per-pair"  # the faithful one: a host's queue per flow, a switch's port that no GSO lump blocks
 ACK_SHARE = 50  # the ACK class is assured 1/50 of the port's rate (and may borrow the rest)
 CONGESTION_CONTROL = "bbr"  # in every namespace, where the kernel allows it
 
@@ -219,6 +240,7 @@ class Shaping:
     bits: int
     peers: tuple[str, ...] = ()  # a node's own port with ``--egress per-peer``: a FIFO per address
     pure_acks: bool = False  # the ACK class takes TCP's pure ACKs only (else every packet under ACK_BYTES)
+    by: str = "dst"  # which address of a packet picks its ``peers`` queue: dst at a node's port, src at the switch's
 
     @property
     def burst_bytes(self) -> int:
@@ -256,7 +278,7 @@ class Shaping:
                  *leaf, "1"],
                 [*tc, "qdisc", "add", *dev, "parent", classid, "bfifo", "limit", str(self.limit_bytes)],
                 [*tc, "filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "2", "u32",
-                 "match", "ip", "dst", f"{address}/32", "flowid", classid],
+                 "match", "ip", self.by, f"{address}/32", "flowid", classid],
             ]  # fmt: skip
         return commands
 
@@ -305,9 +327,13 @@ class ClusterPlan:
         """Node ``node``'s port at ``bits``: what it sends (shaped in its namespace, a FIFO
         per other node with ``egress="per-peer"``) and what it receives (the switch's end)."""
         n = self.nodes[node]
-        per_peer = self.egress == "per-peer"
+        per_peer = self.egress in ("per-peer", "per-pair")
         peers = tuple(m.address for m in self.nodes if m.index != node) if per_peer else ()
-        return (Shaping(n.namespace, NODE_IF, bits, peers, per_peer), Shaping(self.switch, n.port, bits, (), per_peer))
+        sources = peers if self.egress == "per-pair" else ()
+        return (
+            Shaping(n.namespace, NODE_IF, bits, peers, per_peer),
+            Shaping(self.switch, n.port, bits, sources, per_peer, by="src"),
+        )
 
     def describe(self) -> str:
         spec = self.spec
@@ -324,11 +350,11 @@ class ClusterPlan:
         """How the ports are shaped (one line of cluster.txt): MTU, bucket, queue, TCP."""
         port = Shaping(self.nodes[0].namespace, NODE_IF, self.spec.link_bits)
         tcp = self.congestion or "the host's default congestion control"
-        queues = (
-            "a FIFO per destination at each node's own port, pure ACKs first"
-            if self.egress == "per-peer"
-            else "ACKs first"
-        )
+        queues = {
+            "per-peer": "a FIFO per destination at each node's own port, pure ACKs first",
+            "per-pair": "a FIFO per destination at each node's own port and per source at the switch's, pure ACKs "
+            "first",
+        }.get(self.egress, "ACKs first")
         return (f"MTU {MTU}, htb bucket {port.burst_bytes // 1024} KiB, FIFO {port.limit_bytes // 1024} KiB and "
                 f"{queues} per {format_rate(port.bits)} port, TCP {tcp} in every namespace")  # fmt: skip
 
@@ -370,7 +396,7 @@ def build_plan(
         commands.append(_veth(switch, a, b))
         commands.append(["ip", "-n", switch, "link", "set", a, "master", "br0", "up"])
         commands.append(["ip", "-n", switch, "link", "set", b, "master", f"br{rack}", "up"])
-        shaping += [Shaping(switch, end, spec.uplink_rate(), (), egress == "per-peer") for end in (a, b)]
+        shaping += [Shaping(switch, end, spec.uplink_rate(), (), egress != "shared") for end in (a, b)]
     for n in nodes:
         commands += [
             ["ip", "-n", n.namespace, "link", "set", "lo", "up"],

@@ -48,8 +48,8 @@ class Counters:
 
 def parse_qdisc_stats(text: str) -> dict[str, Counters]:
     """Each device's data FIFO counters from ``tc -s qdisc show``'s output (the ``bfifo``
-    leaf ``lptrain.cluster.plan.Shaping`` puts behind each port's bucket; ACKs, which go
-    before it, are not counted)."""
+    leaf ``lptrain.cluster.plan.Shaping`` puts behind each port's bucket, summed where a port
+    keeps one per source or destination; ACKs, which go before them, are not counted)."""
     found: dict[str, Counters] = {}
     device, sent, dropped = None, 0, 0
     for line in text.splitlines():
@@ -58,7 +58,8 @@ def parse_qdisc_stats(text: str) -> dict[str, Counters]:
         elif device and (m := _SENT.match(line)):
             sent, dropped = int(m.group(1)), int(m.group(2))
         elif device and (m := _BACKLOG.match(line)):
-            found[device] = Counters(sent, dropped, int(m.group(1)))
+            before = found.get(device, Counters(0, 0, 0))
+            found[device] = Counters(before.sent + sent, before.dropped + dropped, before.backlog + int(m.group(1)))
             device = None
     return found
 
