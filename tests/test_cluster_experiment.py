@@ -577,3 +577,17 @@ def test_be_and_mst_on_racks_are_said_slower_or_faster_than_the_model_as_their_r
     assert "BE's rows of 16 MiB on racks are within 4%" in words[0]
     assert words[1].startswith("- MST on racks, faster than the model (mst on 4 racks") and "slower" not in words[1]
     assert "Their 2 other rows on racks are within 13%" in words[1] and "not found" in words[1]
+
+
+def test_lp_s_allreduce_on_the_star_that_the_model_overprices_is_named_once_with_the_crowded_chain():
+    """The overlapped allreduce's paragraph explains rows slower than the model; a row the
+    model prices slower than measured belongs with the crowded chain's, and only there."""
+    import cluster_results
+
+    n_over_b_us = (1 << 20) / 25e6 * 1e6
+    fast = {**_row("allreduce", "lp", 15, time_us=2.21 * n_over_b_us), "error": 0.15, "egress": "per-pair"}
+    slow = {**_row("allreduce", "lp", 4, time_us=2.45 * n_over_b_us), "error": -0.17, "egress": "per-pair"}
+    words = cluster_results._misses({"over_15": [fast, slow], "held": [fast, slow]})
+    assert len(words) == 2, words
+    assert "LP's chain on the star where the model is slower" in words[0] and "P = 15" in words[0]
+    assert words[1].startswith("- LP's allreduce on the star (P = 4, 1 MiB (2.45 n/B, -17%))"), words[1]
