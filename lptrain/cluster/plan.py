@@ -152,7 +152,7 @@ PURE_ACK_MATCH = (
     *SHORT_PACKET_MATCH,  # no payload to speak of
     "match", "u8", "0x10", "0xff", "at", "33",  # TCP's flags: ACK and nothing else (no PSH, SYN, FIN, RST)
 )  # fmt: skip
-EGRESS = ("shared", "per-peer", "per-pair")  # how a node's own port queues what it sends (see the module's docstring)
+EGRESS = ("shared", "per-peer", "per-pair")  # how the ports queue what they carry (see the module's docstring)
 DEFAULT_EGRESS = "per-pair"  # the faithful one: a host's queue per flow, a switch's port that no GSO lump blocks
 ACK_SHARE = 50  # the ACK class is assured 1/50 of the port's rate (and may borrow the rest)
 CONGESTION_CONTROL = "bbr"  # in every namespace, where the kernel allows it
@@ -238,7 +238,7 @@ class Shaping:
     namespace: str
     device: str
     bits: int
-    peers: tuple[str, ...] = ()  # a node's own port with ``--egress per-peer``: a FIFO per address
+    peers: tuple[str, ...] = ()  # a FIFO per address: a node's own port (per-peer, per-pair), the switch's (per-pair)
     pure_acks: bool = False  # the ACK class takes TCP's pure ACKs only (else every packet under ACK_BYTES)
     by: str = "dst"  # which address of a packet picks its ``peers`` queue: dst at a node's port, src at the switch's
 
@@ -325,7 +325,8 @@ class ClusterPlan:
 
     def port_shaping(self, node: int, bits: int) -> tuple[Shaping, Shaping]:
         """Node ``node``'s port at ``bits``: what it sends (shaped in its namespace, a FIFO
-        per other node with ``egress="per-peer"``) and what it receives (the switch's end)."""
+        per other node with ``egress="per-peer"`` or ``"per-pair"``) and what it receives (the
+        switch's end, a FIFO per other node with ``"per-pair"``)."""
         n = self.nodes[node]
         per_peer = self.egress in ("per-peer", "per-pair")
         peers = tuple(m.address for m in self.nodes if m.index != node) if per_peer else ()
