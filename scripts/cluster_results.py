@@ -503,7 +503,7 @@ def _misses(s: dict) -> list[str]:
 def _under_shared(rows: list[dict]) -> bool:
     """Whether any of ``rows`` was measured under ``--egress shared`` (a row that does not
     say predates ``--egress``)."""
-    return any(r.get("egress", "shared") == "shared" for r in rows)
+    return any(tb.egress_of(r) == "shared" for r in rows)
 
 
 def _chains_words(chains: list[dict]) -> str:

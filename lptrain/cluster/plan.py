@@ -328,7 +328,7 @@ class ClusterPlan:
         per other node with ``egress="per-peer"`` or ``"per-pair"``) and what it receives (the
         switch's end, a FIFO per other node with ``"per-pair"``)."""
         n = self.nodes[node]
-        per_peer = self.egress in ("per-peer", "per-pair")
+        per_peer = self.egress != "shared"  # per-peer or per-pair, as the uplinks' pure ACKs (build_plan)
         peers = tuple(m.address for m in self.nodes if m.index != node) if per_peer else ()
         sources = peers if self.egress == "per-pair" else ()
         return (
