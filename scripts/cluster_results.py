@@ -364,12 +364,7 @@ def _misses(s: dict) -> list[str]:
             f"- comm=auto's {r['op']} on {layout_of(r).describe()} at P = {r['nodes']}, {tb.size_label(r['size'])}: "
             f"it ran LP as the lp column did ({r['chose']}), in the same run, which took {tb.n_over_b(twin):.2f} n/B "
             f"({twin['error']:+.0%} off the model) against auto's {tb.n_over_b(r):.2f}. The measurement is wrong: "
-            "the same schedule on the same links moves this much from run to run. On 2026-12-06, 2 racks of 2 with "
-            "uplinks at a quarter of a port, 4 MiB, three runs one after another with the algorithms in three orders "
-            "(`lptrain-cluster --nodes 4 --layout racks --racks 2 --link 200mbit --uplink 50mbit -- lptrain-bench "
-            "--op allreduce -b 4M -e 4M --algo lp,nccl,auto|auto,lp,nccl|lp,auto --topology probe -n 1 --trials 4`): "
-            "lp took 5.11, 5.79 and 4.49 n/B, auto (the same LP) 4.92, 4.66 and 4.44; neither was the slower in "
-            "every run."
+            f"the same schedule on the same links moves this much from run to run. {_lp_spread(layout_of(r))}"
         )
     if gathers:
         cases = _cases(gathers, lambda r: f"{tb.n_over_b(r):.2f} n/B")
@@ -576,6 +571,25 @@ def _below_own_block(row: dict, held: list[dict]) -> bool:
 def _runs_lp(row: dict) -> bool:
     """The row ran LP: the lp column, or comm=auto where it chose LP."""
     return row["algo"] == "lp" or (row["algo"] == "auto" and (row.get("chose") or "").startswith("lp "))
+
+
+def _lp_spread(layout: ex.Layout) -> str:
+    """Runs of one LP schedule, one after another on the same layout as a miss's row (the
+    star or racks), that read as far apart as that row and the lp column beside it."""
+    if layout == ex.STAR:
+        return (
+            "On 2026-12-07, LP's reduce on a star of 16, 4 MiB, read 1.14 and 1.18 n/B, its broadcast 1.14 and "
+            "1.10, in two runs of the same command 9 minutes apart (`lptrain-cluster --nodes 16 --link 200mbit "
+            "--egress per-pair -- lptrain-bench --op reduce|broadcast -b 4M -e 16M -f 4 --algo lp -n 1 --trials 3 "
+            "--topology probe`)."
+        )
+    return (
+        "On 2026-12-06, 2 racks of 2 with uplinks at a quarter of a port, 4 MiB, three runs one after another "
+        "with the algorithms in three orders (`lptrain-cluster --nodes 4 --layout racks --racks 2 --link 200mbit "
+        "--uplink 50mbit -- lptrain-bench --op allreduce -b 4M -e 4M --algo lp,nccl,auto|auto,lp,nccl|lp,auto "
+        "--topology probe -n 1 --trials 4`): lp took 5.11, 5.79 and 4.49 n/B, auto (the same LP) 4.92, 4.66 and "
+        "4.44; neither was the slower in every run."
+    )
 
 
 def _held_twin(row: dict, held: list[dict]) -> dict | None:

@@ -591,3 +591,21 @@ def test_lp_s_allreduce_on_the_star_that_the_model_overprices_is_named_once_with
     assert len(words) == 2, words
     assert "LP's chain on the star where the model is slower" in words[0] and "P = 15" in words[0]
     assert words[1].startswith("- LP's allreduce on the star (P = 4, 1 MiB (2.45 n/B, -17%))"), words[1]
+
+
+def test_auto_running_the_lp_columns_schedule_cites_run_to_run_spread_from_its_own_layout():
+    """The evidence that one schedule moves from run to run comes from runs on the row's own
+    layout: racks for a racks row, the star for a star row."""
+    import cluster_results
+
+    def row(algo, layout, error, ratio, **more):
+        n_over_b_us = (1 << 20) / 25e6 * 1e6
+        return {**_row("reduce", algo, 8, layout, time_us=ratio * n_over_b_us, **more), "error": error}
+
+    for layout, cited, absent in ((ex.STAR, "a star of 16", "2 racks of 2"), (ex.Layout(2, "1/4"), "2 racks of 2",
+                                                                              "a star of 16")):  # fmt: skip
+        lp = row("lp", layout, error=0.10, ratio=1.23, block=128 << 10)
+        auto = row("auto", layout, error=0.16, ratio=1.18, chose="lp block=auto order=natural")
+        words = cluster_results._misses({"over_15": [auto], "held": [lp, auto], "fitted": []})
+        assert len(words) == 1 and "ran LP as the lp column did" in words[0], words
+        assert cited in words[0] and absent not in words[0], words[0]
