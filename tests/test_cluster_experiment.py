@@ -609,3 +609,34 @@ def test_auto_running_the_lp_columns_schedule_cites_run_to_run_spread_from_its_o
         words = cluster_results._misses({"over_15": [auto], "held": [lp, auto], "fitted": []})
         assert len(words) == 1 and "ran LP as the lp column did" in words[0], words
         assert cited in words[0] and absent not in words[0], words[0]
+
+
+def test_lp_s_crowding_is_fitted_size_by_size_on_its_own_rows_at_the_largest_p():
+    """LP's rows at the crowding's P, fitted alone per message size, recover the figure each
+    size was timed with: where they differ, one figure per message cannot price LP's chain."""
+    bandwidth, overhead = 0.95 * 25e6, 1e-4
+    rows = []
+    for p in (2, 8):
+        for size, crowding in ((256 << 10, 5e-5), (1 << 20, 2e-4)):
+            for op, algo in (("broadcast", "lp"), ("reduce", "lp"), ("allreduce", "ring")):
+                row = _row(op, algo, p, cores=2, size=size, count=size // 4, segment=16 << 10)
+                row["block"] = 16 << 10 if algo == "lp" else None
+                row["time_us"] = model.simulate(row, bandwidth, overhead, crowding=crowding) * 1e6
+                rows.append(row)
+    fit = model.Fit(bandwidth, overhead, 1e-4, 8)
+    assert model.lp_crowding_by_size(rows, fit) == pytest.approx({256 << 10: 5e-5, 1 << 20: 2e-4})
+    assert model.lp_crowding_by_size(rows, model.Fit(bandwidth, overhead)) == {}  # no crowding fitted: none
+
+
+def test_the_crowded_chain_s_words_give_lp_s_own_figure_at_each_size():
+    import cluster_results
+
+    n_over_b_us = (1 << 20) / 25e6 * 1e6
+    miss = {**_row("broadcast", "lp", 14, time_us=1.1 * n_over_b_us), "error": 0.19}
+    fitted = [{**_row("broadcast", "lp", 16, time_us=1.1 * n_over_b_us), "error": 0.23, "cores": 2}]
+    s = {"over_15": [miss], "held": [miss], "fitted": fitted, "fit": model.Fit(25e6, 1e-4, 2e-4, 16),
+         "lp_crowding": {4 << 20: 7.5e-5, 16 << 20: 3e-4}}  # fmt: skip
+    words = cluster_results._misses(s)
+    assert len(words) == 1 and "the model is wrong" in words[0], words
+    assert "75 us at 4 MiB and 300 us at 16 MiB" in words[0] and "200 us" in words[0], words[0]
+    assert "guess" not in words[0]

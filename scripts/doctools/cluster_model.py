@@ -186,6 +186,16 @@ def _crowd_rows(rows: list[dict]) -> list[dict]:
     return [r for r in crowded if r["nodes"] == top and run_of(r, rows) is not None]
 
 
+def best_crowding(fit_rows: list[dict], rows: list[dict], bandwidth: float, overhead: float) -> float:
+    """The figure of ``CROWDINGS`` that prices ``fit_rows`` with the smallest median error
+    (``rows``: every row, where an auto row finds what it ran)."""
+    best = (math.inf, 0.0)
+    for crowding in CROWDINGS:
+        errors = [abs(simulate(r, bandwidth, overhead, rows, crowding) / (r["time_us"] / 1e6) - 1) for r in fit_rows]
+        best = min(best, (statistics.median(errors), crowding))
+    return best[1]
+
+
 def fit_crowding(rows: list[dict], bandwidth: float, overhead: float) -> tuple[float, int | None]:
     """The seconds a message adds per further process per core, fitted (a grid search for
     the smallest median error) on the star rows of the largest P alone, with B and the
@@ -194,11 +204,21 @@ def fit_crowding(rows: list[dict], bandwidth: float, overhead: float) -> tuple[f
     fit_rows = _crowd_rows(rows)
     if not fit_rows:
         return 0.0, None
-    best = (math.inf, 0.0)
-    for crowding in CROWDINGS:
-        errors = [abs(simulate(r, bandwidth, overhead, rows, crowding) / (r["time_us"] / 1e6) - 1) for r in fit_rows]
-        best = min(best, (statistics.median(errors), crowding))
-    return best[1], fit_rows[0]["nodes"]
+    return best_crowding(fit_rows, rows, bandwidth, overhead), fit_rows[0]["nodes"]
+
+
+def lp_crowding_by_size(rows: list[dict], fit: Fit) -> dict[int, float]:
+    """The crowding fitted on LP's own rows among those ``fit``'s figure was fitted on, one
+    message size at a time: where the sizes want different figures, a cost per message
+    alone cannot price LP's chain (its steady flow weighs most at the larger size, its fill
+    of small blocks at the smaller). Empty where no crowding was fitted."""
+    if fit.crowd_nodes is None:
+        return {}
+    lp = [r for r in _crowd_rows(rows) if r["algo"] == "lp" and r["nodes"] == fit.crowd_nodes]
+    sizes = sorted({r["size"] for r in lp})
+    return {
+        size: best_crowding([r for r in lp if r["size"] == size], rows, fit.bandwidth, fit.overhead) for size in sizes
+    }
 
 
 def predictions(rows: list[dict]) -> tuple[Fit, list[dict]]:

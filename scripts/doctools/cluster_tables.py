@@ -356,7 +356,8 @@ def prediction_summary(data: dict) -> tuple[list[str], dict]:
                "by_p": {p: (statistics.median(e), max(e)) for p, e in by_p.items()},
                "slower": sum(r["error"] < 0 for r in held),
                "worst": max(held, key=lambda r: abs(r["error"])),
-               "fitted": fitted, "held": held, "bucket": bucket_evidence(rows, fit)}  # fmt: skip
+               "fitted": fitted, "held": held, "bucket": bucket_evidence(rows, fit),
+               "lp_crowding": model.lp_crowding_by_size(rows, fit)}  # fmt: skip
     return lines, summary
 
 
