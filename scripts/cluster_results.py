@@ -598,10 +598,10 @@ def _lp_spread(layout: ex.Layout) -> str:
     star or racks), that read as far apart as that row and the lp column beside it."""
     if layout == ex.STAR:
         return (
-            "On 2026-12-07, LP's reduce on a star of 16, 4 MiB, read 1.14 and 1.18 n/B, its broadcast 1.14 and "
-            "1.10, in two runs of the same command 9 minutes apart (`lptrain-cluster --nodes 16 --link 200mbit "
-            "--egress per-pair -- lptrain-bench --op reduce|broadcast -b 4M -e 16M -f 4 --algo lp -n 1 --trials 3 "
-            "--topology probe`)."
+            "On 2026-12-07, LP's reduce on a star of 11, 4 MiB, run twice with the two columns in either order "
+            "(`lptrain-cluster --nodes 11 --link 200mbit -- lptrain-bench --op reduce -b 4M -e 4M --algo "
+            "lp,auto|auto,lp --topology probe -n 1 --trials 3`): lp took 1.12 and 1.14 n/B, auto (the same LP) 1.13 "
+            "and 1.20."
         )
     return (
         "On 2026-12-06, 2 racks of 2 with uplinks at a quarter of a port, 4 MiB, three runs one after another "

@@ -602,8 +602,8 @@ def test_auto_running_the_lp_columns_schedule_cites_run_to_run_spread_from_its_o
         n_over_b_us = (1 << 20) / 25e6 * 1e6
         return {**_row("reduce", algo, 8, layout, time_us=ratio * n_over_b_us, **more), "error": error}
 
-    for layout, cited, absent in ((ex.STAR, "a star of 16", "2 racks of 2"), (ex.Layout(2, "1/4"), "2 racks of 2",
-                                                                              "a star of 16")):  # fmt: skip
+    for layout, cited, absent in ((ex.STAR, "a star of 11", "2 racks of 2"), (ex.Layout(2, "1/4"), "2 racks of 2",
+                                                                              "a star of 11")):  # fmt: skip
         lp = row("lp", layout, error=0.10, ratio=1.23, block=128 << 10)
         auto = row("auto", layout, error=0.16, ratio=1.18, chose="lp block=auto order=natural")
         words = cluster_results._misses({"over_15": [auto], "held": [lp, auto], "fitted": []})
