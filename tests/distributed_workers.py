@@ -329,9 +329,11 @@ def link_rules(rank: int, world: int, store: str, out: str) -> None:
     # to drain at the link's rate (here 0.13 s) than the peer's reply takes on a busy machine
     # and BE's fast link is barely fast, where pacing at its rate would hold a 4 MiB
     # allreduce's second step back (its first step's 2 MiB take 3.5 ms to drain at 600 MB/s)
-    # and on "racks" the ring's slowest link is as slow, its fastest (a port) fast: the port drains
-    # what BE sends at once, so nothing is held (the messages are the slow link's)
-    rates = {"fast": {"ring": 3e9, "be": 600e6}, "slow": {"ring": 25e6, "be": 2e6}, "racks": {"be": (2e6, 3e9)}}
+    # and on "racks" the ring's slowest link is as slow, its fastest (a port) so fast that the
+    # port drains a step's bytes (at most 512 KiB: 1.7 us) before any reply can come back
+    # through gloo, so nothing is held (the messages are the slow link's). At 3 GB/s (175 us)
+    # a quick reply on an idle machine was now and then faster, and one send was held.
+    rates = {"fast": {"ring": 3e9, "be": 600e6}, "slow": {"ring": 25e6, "be": 2e6}, "racks": {"be": (2e6, 3e11)}}
     sizes = {"fast": {"ring": 16 << 20, "be": 4 << 20}, "slow": {"ring": 16 << 20, "be": 1 << 18}}
     sizes["racks"] = {"be": 1 << 18}
     for speed, rate_of in rates.items():
