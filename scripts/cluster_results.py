@@ -9,6 +9,10 @@ docs/PAPER_RESULTS.md between ``<!-- cluster:paper -->`` markers, and the figure
 docs/figures/cluster_time_vs_p.png. The measurements are ``scripts/doctools/cluster_experiment.py``,
 the simulator's side ``cluster_model.py``, the tables ``cluster_tables.py``.
 
+docs/data/cluster.json is written each time a part is whole, with the part's stamp (date,
+machine, nice, shaper): a part interrupted or failed leaves it as it was, and the rows that
+part measured so far are in ``progress.json`` in the run's log folder (named at the start).
+
     python scripts/cluster_results.py                      # everything, about 2 hours
     python scripts/cluster_results.py --only racks --rack-nodes 8
     python scripts/cluster_results.py --only pipeline      # LP at a quarter of the rate, P = 2 to 16, 30 minutes
@@ -808,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cluster_results: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("cluster_results: interrupted; what was measured before is in " + str(DATA), file=sys.stderr)
+        print(f"cluster_results: interrupted; {DATA} holds the parts measured whole", file=sys.stderr)
         return 130
     save(data)
     render(data)

@@ -640,3 +640,89 @@ def test_the_crowded_chain_s_words_give_lp_s_own_figure_at_each_size():
     assert len(words) == 1 and "the model is wrong" in words[0], words
     assert "75 us at 4 MiB and 300 us at 16 MiB" in words[0] and "200 us" in words[0], words[0]
     assert "guess" not in words[0]
+
+
+@pytest.mark.parametrize(
+    ("only", "stop_at", "ending", "code"),
+    [("rates", 3, KeyboardInterrupt, 130), ("racks", 2, KeyboardInterrupt, 130), ("bench", 2, RuntimeError, 1)],
+)
+def test_a_part_cut_short_leaves_the_record_as_it_was_and_its_rows_beside_the_logs(
+    monkeypatch, tmp_path, capsys, only, stop_at, ending, code
+):
+    """A part interrupted (Ctrl-C) or failed after some of its runs leaves docs/data/cluster.json
+    byte for byte as it was: the record holds whole parts under their stamps, never a part's
+    first rows under the stamp of the run before (the rates part once emptied its rows and
+    saved each run while its stamp still said 09:47). The rows measured so far are kept in
+    the run's log folder, and the message says where."""
+    import cluster_results
+    from doctools.files import write_json
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    monkeypatch.setattr(ex.tempfile, "mkdtemp", lambda prefix: str(logs))
+    monkeypatch.setattr(ex, "machine", lambda: "xeon")
+    monkeypatch.setattr(cluster_results.os, "geteuid", lambda: 1000)  # no os.nice(-10) in the test
+    runs = []
+
+    def bench(nodes, link, sizes, trials, work, layout=ex.STAR, op="all", algos=None):
+        runs.append(nodes)
+        if len(runs) == stop_at:
+            raise ending("the cluster stopped") if ending is RuntimeError else ending()
+        return [dict(_row("allreduce", "lp", nodes, layout), size=1 << 22, time_us=2.0)]
+
+    monkeypatch.setattr(ex, "bench_on_cluster", bench)
+    old = [dict(_row("allreduce", "lp", p, lay), size=1 << 22, time_us=1.0) for p in (4, 8) for lay in (ex.STAR, RACKS)]
+    stamp = {"date": "2026-12-07 09:47", "machine": "epyc", "nodes": None, "egress": "per-peer"}
+    previous = {
+        "conditions": {"date": "2026-12-07 09:47", "machine": "epyc", "link": "200mbit",
+                       "parts": {"bench": [stamp], "racks": [stamp], "rates": [stamp]}},
+        "bench": old,
+        "rates": [dict(r, link="200mbit") for r in old[:2]],
+    }  # fmt: skip
+    record = tmp_path / "cluster.json"
+    write_json(record, previous)
+    before = record.read_bytes()
+    monkeypatch.setattr(cluster_results, "DATA", record)
+    assert cluster_results.main(["--only", only, "--nodes", "4,8", "--rack-nodes", "4,8", "--sizes", "4M,4M"]) == code
+    assert record.read_bytes() == before
+    err = capsys.readouterr().err
+    progress = logs / "progress.json"
+    assert f"the {only} part was cut short" in err and str(progress) in err, err
+    kept = cluster_results.read_json(progress)
+    new_rows = [r for r in kept.get(only if only == "rates" else "bench", []) if r["time_us"] == 2.0]
+    assert len(new_rows) == stop_at - 1  # every run before the one cut short
+    assert kept["conditions"]["parts"][only] == [stamp]  # not stamped: the part is not whole
+
+
+def test_a_part_measured_whole_is_saved_with_its_stamp_before_the_next_is_cut_short(monkeypatch, tmp_path, capsys):
+    """``--only bench,racks`` stopped during the racks: the star's new rows are in the record
+    under their new stamp; the racks' rows and stamp are those from before."""
+    import cluster_results
+    from doctools.files import write_json
+
+    monkeypatch.setattr(ex.tempfile, "mkdtemp", lambda prefix: str(tmp_path))
+    monkeypatch.setattr(ex, "machine", lambda: "xeon")
+    monkeypatch.setattr(cluster_results.os, "geteuid", lambda: 1000)
+
+    def bench(nodes, link, sizes, trials, work, layout=ex.STAR, op="all", algos=None):
+        if layout != ex.STAR:
+            raise KeyboardInterrupt
+        return [dict(_row("allreduce", "lp", nodes), size=1 << 22, time_us=2.0)]
+
+    monkeypatch.setattr(ex, "bench_on_cluster", bench)
+    old = [dict(_row("allreduce", "lp", 4, lay), size=1 << 22, time_us=1.0) for lay in (ex.STAR, RACKS)]
+    stamp = {"date": "2026-12-07 09:47", "machine": "epyc", "nodes": None}
+    previous = {"conditions": {"date": "2026-12-07 09:47", "machine": "epyc", "parts": {"bench": [stamp],
+                "racks": [stamp]}}, "bench": old}  # fmt: skip
+    record = tmp_path / "cluster.json"
+    write_json(record, previous)
+    monkeypatch.setattr(cluster_results, "DATA", record)
+    assert (
+        cluster_results.main(["--only", "bench,racks", "--nodes", "4", "--rack-nodes", "4", "--sizes", "4M,4M"]) == 130
+    )
+    saved = cluster_results.read_json(record)
+    assert [(r["time_us"], ex.layout_of(r)) for r in saved["bench"]] == [(1.0, RACKS), (2.0, ex.STAR)]
+    assert saved["conditions"]["parts"]["racks"] == [stamp]
+    (new,) = saved["conditions"]["parts"]["bench"]
+    assert new["machine"] == "xeon" and new["nodes"] == [4]
+    assert f"{record} holds the parts measured whole" in capsys.readouterr().err

@@ -11,6 +11,7 @@ tables can be rendered again, and the simulator recalibrated, without measuring 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from doctools.files import write_json
 from doctools.launch import lptrain_cluster
 from doctools.machine import machine
 from lptrain.cluster.plan import DEFAULT_EGRESS, parse_rate
@@ -319,16 +321,16 @@ def half_rate(link: str) -> str:
     return f"{parse_rate(link) // 2000}kbit"
 
 
-def measure_rates(data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, say, save) -> None:
+def measure_rates(data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, say, progress) -> None:
     """The star at ``RATE_NODES`` at ``link`` and at half of it, one after the other, into
-    ``data["rates"]`` (each row with its rate), saved after each run."""
+    ``data["rates"]`` (each row with its rate), ``progress`` called after each run."""
     data["rates"] = []
     for p in RATE_NODES:
         for rate in (link, half_rate(link)):
             say(f"benchmark on {p} nodes at {rate} ({'half the rate' if rate != link else 'the rate'}) ...")
             rows = bench_on_cluster(p, rate, sizes, trials, work)
             data["rates"] += [dict(row, link=rate, link_bytes_per_s=parse_rate(rate) / 8) for row in rows]
-            save(data)
+            progress(data)
 
 
 def kept_rows(rows: list[dict], keys: set, algos=None, ops=None) -> list[dict]:
@@ -339,16 +341,17 @@ def kept_rows(rows: list[dict], keys: set, algos=None, ops=None) -> list[dict]:
 
 
 def measure_racks(
-    data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, rack_nodes: tuple[int, ...], say, save
+    data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, rack_nodes: tuple[int, ...], say, progress
 ) -> None:
     """The thin-uplink grid (``RACK_LAYOUTS`` at each of ``rack_nodes`` that divides into its
-    racks): every allreduce row measured again in ``data["bench"]``, saved after each run."""
+    racks): every allreduce row measured again in ``data["bench"]``, ``progress`` called after
+    each run."""
     grid = [(p, layout) for p in rack_nodes for layout in RACK_LAYOUTS if p % layout.racks == 0]
     data["bench"] = kept_rows(data.get("bench", []), {(p, parse_size(s), lay) for p, lay in grid for s in sizes})
     for p, layout in grid:
         say(f"allreduce on {p} nodes, {layout.describe()} ({link}) ...")
         data["bench"] += bench_on_cluster(p, link, sizes, trials, work, layout, op="allreduce", algos=RACK_ALGOS)
-        save(data)
+        progress(data)
 
 
 def quarter_rate(link: str) -> str:
@@ -356,9 +359,9 @@ def quarter_rate(link: str) -> str:
     return f"{parse_rate(link) // 4000}kbit"
 
 
-def measure_pipeline(data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, say, save) -> None:
+def measure_pipeline(data: dict, link: str, sizes: tuple[str, str], trials: int, work: Path, say, progress) -> None:
     """LP's broadcast and reduce on the star at every P of ``PIPELINE_NODES`` at a quarter of
-    ``link``, into ``data["pipeline"]`` (each row with its rate), saved after each P."""
+    ``link``, into ``data["pipeline"]`` (each row with its rate), ``progress`` called after each P."""
     rate = quarter_rate(link)
     data["pipeline"] = []
     for p in PIPELINE_NODES:
@@ -366,7 +369,50 @@ def measure_pipeline(data: dict, link: str, sizes: tuple[str, str], trials: int,
         for op in PIPELINE_OPS:
             rows = bench_on_cluster(p, rate, sizes, trials, work, op=op, algos=("lp",))
             data["pipeline"] += [dict(row, link=rate, link_bytes_per_s=parse_rate(rate) / 8) for row in rows]
-        save(data)
+        progress(data)
+
+
+def measure_star(
+    data: dict, nodes: list[int], link: str, sizes: tuple[str, str], trials: int, work: Path,
+    algos: Sequence[str] | None, ops: Sequence[str] | None, say, progress,
+) -> tuple[list[int], str | None]:  # fmt: skip
+    """The star at each of ``nodes`` into ``data["bench"]`` (only ``algos``' and ``ops``' rows
+    where named), ``progress`` called after each P: returns the node counts and the rows
+    measured again (``lp and auto reduce``; None: all) for the part's stamp."""
+    keys = {(p, parse_size(s), STAR) for p in nodes for s in sizes}
+    data["bench"] = kept_rows(data.get("bench", []), keys, algos, ops)
+    bench_ops = ["all"] if not ops or set(ops) >= set(OPS) else list(ops)
+    for p in nodes:
+        say(f"benchmark on {p} nodes ({link}) ...")
+        for op in bench_ops:
+            data["bench"] += bench_on_cluster(p, link, sizes, trials, work, op=op, algos=algos)
+        progress(data)
+    return list(nodes), " ".join(" and ".join(x) for x in (algos, ops) if x) or None
+
+
+def measure_ddp(data: dict, link: str, ddp_steps: int, work: Path, say, progress) -> None:
+    """``DDP_RUNS``, real training with DDP and with the trainer, into ``data["ddp"]``."""
+    data["ddp"] = []
+    for p, layout, rate in DDP_RUNS:
+        say(f"DDP and the trainer on {p} nodes, {layout.describe()}, {rate or link} ...")
+        data["ddp"].append(ddp_on_cluster(p, rate or link, layout, ddp_steps, 1, work))
+        progress(data)
+
+
+def measure_auto(data: dict, link: str, work: Path, say) -> None:
+    """comm=auto tuned on 4 nodes, then timed beside the fixed algorithms, into ``data["auto"]``."""
+    say("comm=auto tuned on 4 nodes, then timed beside the fixed algorithms ...")
+    data["auto"] = auto_on_cluster(4, link, work)
+
+
+def measure_train(data: dict, train_nodes: list[int], link: str, train_steps: int, work: Path, say, progress) -> None:
+    """The paper's iteration, each of ``TRAIN_CASES`` at each of ``train_nodes``, into ``data["train"]``."""
+    data["train"] = []
+    for p in train_nodes:
+        for case in TRAIN_CASES:
+            say(f"training on {p} nodes: {case.label} ...")
+            data["train"].append(train_on_cluster(p, link, case, train_steps, work))
+            progress(data)
 
 
 def measure(
@@ -389,9 +435,14 @@ def measure(
     real training, DDP and the trainer; train: the paper's iteration; auto: comm=auto tuned
     on 4 nodes; rates: the star at P = 8 and 16 at the rate and at half of it; pipeline: LP's
     broadcast and reduce at every P at a quarter of the rate) and keep the others from
-    ``previous``; ``save`` is called after each measurement, so a failure later loses nothing.
-    ``algos`` and ``ops`` narrow the star to those rows (an executor's change to one
-    algorithm's op): only they are measured again, and the part's stamp says so."""
+    ``previous``. ``algos`` and ``ops`` narrow the star to those rows (an executor's change to
+    one algorithm's op): only they are measured again, and the part's stamp says so.
+
+    ``save`` is called with the record each time a part is whole, with its stamp: the record
+    never holds a part's first rows under the stamp of an earlier run of it. The rows of the
+    part under way are written after each run to ``progress.json`` in the run's log folder, so
+    that a failure or an interruption loses no run that finished; the part is then named with
+    that file, and the exception goes on."""
     data = dict(previous or {})
     kept = parts_measured(data)
     data["conditions"] = conditions(link) if only else data.get("conditions", conditions(link))
@@ -407,43 +458,34 @@ def measure(
 
     work = Path(tempfile.mkdtemp(prefix="lptrain-cluster-results-"))  # kept: every node's log
     say(f"logs in {work}")
+    progress_file = work / "progress.json"
 
-    if "bench" in only:
-        keys = {(p, parse_size(s), STAR) for p in nodes for s in sizes}
-        data["bench"] = kept_rows(data.get("bench", []), keys, algos, ops)
-        bench_ops = ["all"] if not ops or set(ops) >= set(OPS) else list(ops)
-        for p in nodes:
-            say(f"benchmark on {p} nodes ({link}) ...")
-            for op in bench_ops:
-                data["bench"] += bench_on_cluster(p, link, sizes, trials, work, op=op, algos=algos)
-            save(data)
-        narrowed = " ".join(" and ".join(x) for x in (algos, ops) if x) or None  # "lp and auto reduce"
-        measured("bench", list(nodes), narrowed)
-    if "racks" in only:
-        measure_racks(data, link, sizes, trials, work, rack_nodes, say, save)
-        measured("racks")
-    if "ddp" in only:
-        data["ddp"] = []
-        for p, layout, rate in DDP_RUNS:
-            say(f"DDP and the trainer on {p} nodes, {layout.describe()}, {rate or link} ...")
-            data["ddp"].append(ddp_on_cluster(p, rate or link, layout, ddp_steps, 1, work))
-            save(data)
-        measured("ddp")
-    for part, run in (("rates", measure_rates), ("pipeline", measure_pipeline)):
+    def progress(data: dict) -> None:
+        write_json(progress_file, data)
+
+    @contextlib.contextmanager
+    def part_of(part: str):
+        try:
+            yield
+        except BaseException:
+            progress(data)
+            say(f"the {part} part was cut short: the record keeps what it held before it; the rows this part "
+                f"measured so far are in {progress_file}")  # fmt: skip
+            raise
+
+    runs = {  # in the order they run; each returns its stamp's node counts and rows, where it names them
+        "bench": lambda: measure_star(data, nodes, link, sizes, trials, work, algos, ops, say, progress),
+        "racks": lambda: measure_racks(data, link, sizes, trials, work, rack_nodes, say, progress),
+        "ddp": lambda: measure_ddp(data, link, ddp_steps, work, say, progress),
+        "rates": lambda: measure_rates(data, link, sizes, trials, work, say, progress),
+        "pipeline": lambda: measure_pipeline(data, link, sizes, trials, work, say, progress),
+        "auto": lambda: measure_auto(data, link, work, say),
+        "train": lambda: measure_train(data, train_nodes, link, train_steps, work, say, progress),
+    }
+    for part, run in runs.items():
         if part in only:
-            run(data, link, sizes, trials, work, say, save)
-            measured(part)
-    if "auto" in only:
-        say("comm=auto tuned on 4 nodes, then timed beside the fixed algorithms ...")
-        data["auto"] = auto_on_cluster(4, link, work)
-        measured("auto")
-    if "train" in only:
-        data["train"] = []
-        for p in train_nodes:
-            for case in TRAIN_CASES:
-                say(f"training on {p} nodes: {case.label} ...")
-                data["train"].append(train_on_cluster(p, link, case, train_steps, work))
-                save(data)
-        measured("train")
+            with part_of(part):
+                named = run() or ()
+            measured(part, *named)
     data["conditions"]["load_after"] = os.getloadavg()[0]
     return data
