@@ -578,7 +578,7 @@ def _runs_lp(row: dict) -> bool:
 def _lp_crowding_words(s: dict) -> str:
     """What LP's own rows at the crowding's P want of the figure, size by size
     (``model.lp_crowding_by_size``), against the one fitted over every algorithm."""
-    by_size, fit = s.get("lp_crowding") or {}, s.get("fit")
+    by_size, fit = s["lp_crowding"]() if "lp_crowding" in s else {}, s.get("fit")
     if len(by_size) < 2 or fit is None:
         return " Why LP pays less of the crowding than the figure says is not known."
     sizes = " and ".join(f"{c * 1e6:.0f} us at {tb.size_label(size)}" for size, c in sorted(by_size.items()))

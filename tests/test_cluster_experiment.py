@@ -635,7 +635,7 @@ def test_the_crowded_chain_s_words_give_lp_s_own_figure_at_each_size():
     miss = {**_row("broadcast", "lp", 14, time_us=1.1 * n_over_b_us), "error": 0.19}
     fitted = [{**_row("broadcast", "lp", 16, time_us=1.1 * n_over_b_us), "error": 0.23, "cores": 2}]
     s = {"over_15": [miss], "held": [miss], "fitted": fitted, "fit": model.Fit(25e6, 1e-4, 2e-4, 16),
-         "lp_crowding": {4 << 20: 7.5e-5, 16 << 20: 3e-4}}  # fmt: skip
+         "lp_crowding": lambda: {4 << 20: 7.5e-5, 16 << 20: 3e-4}}  # fmt: skip
     words = cluster_results._misses(s)
     assert len(words) == 1 and "the model is wrong" in words[0], words
     assert "75 us at 4 MiB and 300 us at 16 MiB" in words[0] and "200 us" in words[0], words[0]

@@ -357,7 +357,8 @@ def prediction_summary(data: dict) -> tuple[list[str], dict]:
                "slower": sum(r["error"] < 0 for r in held),
                "worst": max(held, key=lambda r: abs(r["error"])),
                "fitted": fitted, "held": held, "bucket": bucket_evidence(rows, fit),
-               "lp_crowding": model.lp_crowding_by_size(rows, fit)}  # fmt: skip
+               # a thunk: some 18 simulations, wanted only where LP's crowded chain is a miss
+               "lp_crowding": functools.cache(functools.partial(model.lp_crowding_by_size, rows, fit))}  # fmt: skip
     return lines, summary
 
 
