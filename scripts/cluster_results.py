@@ -85,7 +85,7 @@ def _rate_lines(data: dict) -> list[str]:
     """LP's broadcast and reduce at the largest P measured at both rates (the rates part): n/B
     at each, and how much of the excess over 1 n/B stayed at half the rate. A cost fixed in
     seconds (the fill's hops, each waiting for its process to get a core) halves in n/B when
-    the rate halves; what stays scales with the transfer."""
+    the rate halves, so it leaves half; more than that scales with the transfer."""
     pairs = [(r, a, b) for r, a, b in tb.rate_pairs(data) if r["algo"] == "lp" and r["op"] != "allreduce"]
     if not pairs or not any(r["link"] == data["conditions"]["link"] for r in data["rates"]):
         return []  # only rows measured at both rates in one run tell a fixed cost from noise
@@ -96,14 +96,27 @@ def _rate_lines(data: dict) -> list[str]:
     stayed = [(b - 1) / (a - 1) for _, a, b in at_top if a > 1.02]
     if not stayed:
         return [f"- LP at P = {top} at {first} and at {half}, one after the other in one run: {cells}."]
-    most = sum(1 for share in stayed if share >= 0.5)
+    more, less = sum(1 for x in stayed if x > 0.65), sum(1 for x in stayed if x < 0.35)
+    if not more and not less:
+        why = (
+            "about half, as a cost fixed in seconds leaves, such as the fill's hops waiting for the host's cores "
+            "(it halves in n/B with the rate): the excess is the host's, not the link's"
+        )
+    elif more > len(stayed) / 2:
+        why = (
+            f"more than half in {more} of {len(stayed)} rows: a cost fixed in seconds, such as the fill's hops "
+            "waiting for the host's cores, halves in n/B with the rate, so what stays is in the transfer itself, "
+            "which TCP's congestion control sets on these links (docs/distributed.md, `lptrain-cluster --congestion`)"
+        )
+    else:
+        why = (
+            f"{more} of {len(stayed)} rows kept more than two thirds of it, {less} less than a third, where a cost "
+            "fixed in seconds leaves half: these rows do not agree on what the excess is"
+        )
     return [
         f"- LP at P = {top} at {first} and at {half}, one after the other in one run "
         f"(`python scripts/cluster_results.py --only rates`): {cells}. Of the excess over 1 n/B, "
-        f"{min(stayed):.0%} to {max(stayed):.0%} stayed at half the rate ({most} of {len(stayed)} rows more than "
-        "half): a cost fixed in seconds, such as the fill's hops waiting for the host's cores, halves in n/B with "
-        "the rate, so what stays is in the transfer itself, which TCP's congestion control sets on these links "
-        "(docs/distributed.md, `lptrain-cluster --congestion`)."
+        f"{min(stayed):.0%} to {max(stayed):.0%} stayed at half the rate, {why}."
     ]
 
 
@@ -134,7 +147,8 @@ def _quarter_lines(data: dict) -> list[str]:
         f"docs/BENCHMARKS.md has the rows beside the rate's own): {'; '.join(words)}. {after} Each hop of the "
         f"chain waits for its process to get one of the host's {tb.host_cores(data) or 'few'} cores, a cost fixed "
         "in seconds, which weighs a quarter as much in n/B at a quarter of the rate; the lptrain-cluster fidelity "
-        "check, every port busy at once and no process waiting for another, does not see it."
+        "check, every port busy at once and no process waiting for another, does not see it. "
+        + tb.chain_cost_words(data)
     ]
 
 

@@ -726,3 +726,79 @@ def test_a_part_measured_whole_is_saved_with_its_stamp_before_the_next_is_cut_sh
     (new,) = saved["conditions"]["parts"]["bench"]
     assert new["machine"] == "xeon" and new["nodes"] == [4]
     assert f"{record} holds the parts measured whole" in capsys.readouterr().err
+
+
+def _chain_data(host_s_of, share: float = 0.02) -> dict:
+    """LP's broadcast and reduce on the star at P = 2 to 16, at 200mbit (the star's rows) and at
+    50mbit (the pipeline part's), each row's time n/B plus, for each of its 128 KiB blocks,
+    ``share`` of the block's time on the link and ``host_s_of(P)`` seconds."""
+    block, rows, pipeline = 128 << 10, [], []
+    for p in range(2, 17):
+        for op in ex.PIPELINE_OPS:
+            for size in (4 << 20, 16 << 20):
+                for link, into in (("200mbit", rows), ("50000kbit", pipeline)):
+                    rate = ex.parse_rate(link) / 8
+                    time_s = size / rate + size / block * (share * block / rate + host_s_of(p))
+                    row = dict(_row(op, "lp", p), size=size, block=block, time_us=time_s * 1e6, link=link)
+                    into.append(row)
+    return {"conditions": {"link": "200mbit", "link_bytes_per_s": 25e6}, "bench": rows, "pipeline": pipeline}
+
+
+def test_lp_s_chain_is_split_into_the_link_s_part_and_the_host_s_seconds_from_the_two_rates():
+    """Rows made with a known share of a block's time on the link (2%) and host seconds per
+    block growing with P (50 us times P): both come back at each P from 3 (P = 2 has no hop
+    between its ends), the host's part prices LP at 200mbit, and the rate that keeps it within
+    1.10 is the one it allows."""
+    costs = tb.chain_costs(_chain_data(lambda p: 50e-6 * p))
+    assert sorted(costs) == list(range(3, 17))
+    for p, cost in costs.items():
+        assert cost.link_share == pytest.approx(0.02) and cost.host_s == pytest.approx(50e-6 * p), p
+        assert cost.block == 128 << 10
+    at_16 = costs[16]
+    assert at_16.n_over_b(25e6) == pytest.approx(1.02 + 800e-6 * 25e6 / (128 << 10))  # 1.17: above 1.10 at 200mbit
+    assert at_16.n_over_b(at_16.rate_within(1.10)) == pytest.approx(1.10)
+    assert tb.ChainCost(0.02, 0.0, 128 << 10).rate_within() is None
+    assert tb.chain_costs({**_chain_data(lambda p: 0.0), "pipeline": []}) == {}
+
+
+def test_both_documents_give_the_host_s_seconds_per_block_and_the_rate_that_keeps_lp_within_1_10():
+    import cluster_results
+    from benchmark_sections import cluster as section
+
+    data = _chain_data(lambda p: 50e-6 * p)
+    data["conditions"]["machine"] = {"cores": 2}
+    words = tb.chain_cost_words(data)
+    assert "at most 2.0% at every P from 3" in words and "0.80 ms at P = 16" in words, words
+    assert "above 1.10 n/B there at P = 9 to 16 (1.17 at P = 16)" in words, words
+    assert "within 1.10 at every P up to about 104mbit a port" in words, words
+    assert words in cluster_results._quarter_lines(data)[0]
+    assert words in section.pipeline_lines(data, tb.pipeline_table(data))
+    quiet = tb.chain_cost_words(_chain_data(lambda p: 1e-6))
+    assert "the host's: under 2% of a block's time at every P. At" in quiet
+    assert "keep LP within 1.10 n/B at every P" in quiet
+
+
+@pytest.mark.parametrize(
+    ("at_half", "said"),
+    [
+        ((1.10, 1.09, 1.11, 1.08), "about half, as a cost fixed in seconds leaves"),
+        ((1.18, 1.17, 1.16, 1.15), "so what stays is in the transfer itself"),
+        ((1.18, 1.02, 1.16, 1.01), "these rows do not agree"),
+    ],
+)
+def test_what_stayed_of_lp_s_excess_at_half_the_rate_is_read_as_the_rows_say(at_half, said):
+    """Half of LP's excess over n/B staying at half the rate is what a cost fixed in seconds
+    leaves (the host's); most of it staying is in the transfer; a mix is said to be a mix."""
+    import cluster_results
+
+    data = _data([])
+    cases = [(op, size) for size in (1 << 20, 4 << 20) for op in ("broadcast", "reduce")]
+
+    def at(rate: str, op: str, size: int, n_over_b: float) -> dict:
+        row = _at(rate, op, "lp", 16, n_over_b)
+        return dict(row, size=size, time_us=row["time_us"] * size / (1 << 20))
+
+    data["rates"] = [at("200mbit", op, size, 1.20) for op, size in cases]
+    data["rates"] += [at("100000kbit", op, size, x) for (op, size), x in zip(cases, at_half, strict=True)]
+    (words,) = cluster_results._rate_lines(data)
+    assert said in words, words

@@ -232,6 +232,7 @@ def pipeline_lines(data: dict, quarter: list[str]) -> list[str]:
         "",
         *quarter,
         "",
+        *([words, ""] if (words := tb.chain_cost_words(data)) else []),
     ]
 
 

@@ -10,6 +10,7 @@ import functools
 import math
 import re
 import statistics
+from dataclasses import dataclass
 
 from doctools import cluster_model as model
 from doctools.cluster_experiment import (
@@ -196,6 +197,95 @@ def pipeline_table(data: dict) -> list[str]:
 
     body = [[str(p), *(cell((p, size, op)) for op, size in columns)] for p in sorted({k[0] for k in quarter})]
     return table(["P", *(f"{op}, {size_label(size)}" for op, size in columns)], body)
+
+
+@dataclass(frozen=True)
+class ChainCost:
+    """What a block of LP's chain costs above n/B at one P, split in two (``chain_costs``)."""
+
+    link_share: float  # the part that grows with a block's time on the link, as a share of that time
+    host_s: float  # the part fixed in seconds: the host's
+    block: int  # the block, in bytes, at the experiment's rate
+
+    def n_over_b(self, bytes_per_s: float) -> float:
+        """n/B of LP's chain at a port rate of ``bytes_per_s`` by these figures: n/B, and for
+        each of the n/b blocks the link's share of its time and the host's seconds."""
+        return 1 + self.link_share + self.host_s * bytes_per_s / self.block
+
+    def rate_within(self, limit: float = 1.10) -> float | None:
+        """The largest port rate (bytes/s) at which LP's chain is within ``limit`` n/B by these
+        figures (None: the host's part is nothing, so the rate does not matter)."""
+        return (limit - 1 - self.link_share) * self.block / self.host_s if self.host_s > 0 else None
+
+
+def chain_costs(data: dict) -> dict[int, ChainCost]:
+    """LP's broadcast and reduce at each P >= 3 (a chain with a hop between its ends), split
+    into what grows with a block's time on the link and what is fixed in seconds, from the
+    star's rows at the experiment's rate and the pipeline part's at a quarter of it.
+
+    Each row's time above n/B, over its n/b blocks, is one block's excess e = s b/B + h: s
+    the link's share (the chain's fill, mostly drained by the token buckets), h the host's
+    seconds per block (a process on its way to a core before it forwards the block). The
+    same row at two rates gives two such equations, solved for s and h; each P takes the
+    median over its ops and sizes. If the chain's excess were the link's, h would be near 0
+    at every P; where h b/B is above a tenth at the experiment's rate, the host alone keeps
+    LP above 1.10 n/B there."""
+    quarter = {(r["nodes"], r["size"], r["op"]): r for r, _ in pipeline_rows(data)}
+    first = parse_rate(data["conditions"]["link"]) / 8
+    solved: dict[int, list[tuple[float, float, int]]] = {}
+    for r in rows_of(data):
+        key = (r["nodes"], r["size"], r["op"])
+        if r["algo"] != "lp" or key not in quarter or r["nodes"] < 3:
+            continue
+        q, n = quarter[key], r["size"]
+        low = parse_rate(q["link"]) / 8
+        e1 = (r["time_us"] / 1e6 - n / first) * r["block"] / n
+        e2 = (q["time_us"] / 1e6 - n / low) * q["block"] / n
+        share = (e2 - e1) / (q["block"] / low - r["block"] / first)
+        solved.setdefault(r["nodes"], []).append((share, e1 - share * r["block"] / first, r["block"]))
+    return {
+        p: ChainCost(statistics.median(s for s, _, _ in v), statistics.median(h for _, h, _ in v), v[0][2])
+        for p, v in sorted(solved.items())
+    }
+
+
+def chain_cost_words(data: dict, limit: float = 1.10) -> str:
+    """What ``chain_costs`` finds, in a few sentences for both documents ('' where the
+    pipeline part was not measured)."""
+    costs = chain_costs(data)
+    if not costs:
+        return ""
+    first = data["conditions"]["link"]
+    rate = parse_rate(first) / 8
+    shares = [c.link_share for c in costs.values()]
+    top = max(costs, key=lambda p: costs[p].host_s)
+    last = max(costs)
+    small = [p for p in costs if costs[p].host_s * rate / costs[p].block < 0.02]
+    held = [p for p in costs if costs[p].n_over_b(rate) > limit]
+    block = costs[last].block
+    words = (
+        f"Split per block of the chain (the same row at the two rates gives two equations: the median of each P's "
+        f"ops and sizes), LP's time above n/B is a share of a block's time on the link, at most {max(shares):.1%} at "
+        f"every P from {min(costs)} (the chain's fill, mostly drained by the token buckets), "
+        "and seconds that do not follow the rate, the host's: "
+    )
+    host = f"{costs[last].host_s * 1e3:.2f} ms at P = {last}"
+    if top != last:
+        host += f", {costs[top].host_s * 1e3:.2f} at P = {top}"
+    if len(small) == len(costs):
+        host = "under 2% of a block's time at every P"
+    elif small:
+        host = f"under 2% of a block's time at P = {node_list(small)}, " + host
+    words += f"{host}. At {first} a {size_label(block)} block takes {block / rate * 1e3:.1f} ms on the link"
+    if not held:
+        return words + f", and the two keep LP within {limit:.2f} n/B at every P."
+    within = min(c.rate_within(limit) for c in costs.values() if c.host_s > 0)
+    return words + (
+        f": with the host's part, these figures put LP above {limit:.2f} n/B there at P = {node_list(held)} "
+        f"({costs[top].n_over_b(rate):.2f} at P = {top}), the link's share alone at most {1 + max(shares):.2f}. On "
+        f"this host, with these blocks, LP's chain is within {limit:.2f} at every P up to about "
+        f"{format_rate(int(within * 8 / 1e6) * 10**6)} a port."
+    )
 
 
 def pipeline_span(data: dict, op: str, limit: float = 1.10) -> tuple[float, float, list[dict]] | None:
