@@ -773,6 +773,12 @@ def test_both_documents_give_the_host_s_seconds_per_block_and_the_rate_that_keep
     assert "within 1.10 at every P up to about 104mbit a port" in words, words
     assert words in cluster_results._quarter_lines(data)[0]
     assert words in section.pipeline_lines(data, tb.pipeline_table(data))
+    assert "runs vary" not in words  # no row was run twice
+    again = next(r for r in data["bench"] if (r["nodes"], r["op"], r["size"]) == (16, "reduce", 4 << 20))
+    data["rates"] = [dict(again, time_us=again["time_us"] * 1.1), dict(again, link="100000kbit")]
+    assert "(LP's reduce at P = 16, 4 MiB: 1.17 n/B in the star's run, 1.29 in the rates part's)" in (
+        tb.chain_cost_words(data)
+    )
     quiet = tb.chain_cost_words(_chain_data(lambda p: 1e-6))
     assert "the host's: under 2% of a block's time at every P. At" in quiet
     assert "keep LP within 1.10 n/B at every P" in quiet

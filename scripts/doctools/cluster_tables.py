@@ -284,7 +284,25 @@ def chain_cost_words(data: dict, limit: float = 1.10) -> str:
         f": with the host's part, these figures put LP above {limit:.2f} n/B there at P = {node_list(held)} "
         f"({costs[top].n_over_b(rate):.2f} at P = {top}), the link's share alone at most {1 + max(shares):.2f}. On "
         f"this host, with these blocks, LP's chain is within {limit:.2f} at every P up to about "
-        f"{format_rate(int(within * 8 / 1e6) * 10**6)} a port."
+        f"{format_rate(int(within * 8 / 1e6) * 10**6)} a port by these medians{_lp_run_spread(data)}."
+    )
+
+
+def _lp_run_spread(data: dict) -> str:
+    """LP's broadcast or reduce row that two runs at the experiment's rate read farthest apart
+    (the star's own and the rates part's), in words ('' where no row was run twice)."""
+    link = data["conditions"]["link"]
+    again = {(r["nodes"], r["size"], r["op"]): r for r in data.get("rates") or []
+             if r["link"] == link and r["algo"] == "lp" and r["op"] in PIPELINE_OPS}  # fmt: skip
+    rate = parse_rate(link) / 8
+    pairs = [(r, n_over_b(r), again[k]["time_us"] / 1e6 / (r["size"] / rate)) for r in rows_of(data)
+             if r["algo"] == "lp" and (k := (r["nodes"], r["size"], r["op"])) in again]  # fmt: skip
+    if not pairs:
+        return ""
+    r, a, b = max(pairs, key=lambda x: abs(x[1] - x[2]))
+    return (
+        f"; one row's runs vary more than that (LP's {r['op']} at P = {r['nodes']}, {size_label(r['size'])}: "
+        f"{a:.2f} n/B in the star's run, {b:.2f} in the rates part's)"
     )
 
 
