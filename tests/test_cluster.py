@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from lptrain.cluster import cli
-from lptrain.cluster.netns import _alive, list_namespaces, pids_in
+from lptrain.cluster.netns import ClusterError, _alive, list_namespaces, pids_in, run_commands, tc_batches
 from lptrain.cluster.plan import ClusterSpec, ClusterSpecError, build_plan, format_rate, parse_rate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -318,3 +318,46 @@ def test_the_environment_names_the_node_interface_for_gloo():
     env = node_environment({"EXTRA": "1"})
     assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["EXTRA"] == "1"
     assert env["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
+
+
+def test_each_namespaces_tc_commands_run_together_in_order_and_the_rest_alone():
+    """A namespace's consecutive ``tc`` commands make one ``tc -batch``; an ``ip`` command, a
+    change of namespace, or an argument a batch line would read otherwise starts a new group."""
+    a = [
+        ["tc", "-n", "a", "qdisc", "add", "dev", "x", "root", "handle", "1:", "htb"],
+        ["tc", "-n", "a", "class", "add", "dev", "x", "parent", "1:", "classid", "1:1", "htb", "rate", "8kbit"],
+    ]
+    b = [["tc", "-n", "b", "qdisc", "del", "dev", "y", "root"]]
+    odd = [["tc", "-n", "a", "filter", "add", "dev", "x", "match", "u32 0 0"]]  # a blank inside an argument
+    ip = [["ip", "-n", "a", "link", "set", "x", "up"]]
+    groups = tc_batches([*ip, *a, *b, *odd, *a, *ip])
+    assert groups == [ip, a, b, odd, a, ip]  # fmt: skip
+    plan = build_plan(ClusterSpec(nodes=16, link_bits=200_000_000), "lpcx")
+    grouped = tc_batches(plan.commands)
+    assert [c for g in grouped for c in g] == list(plan.commands)  # every command, in order
+    assert len(grouped) < len(plan.commands) / 10  # per-pair's 1,632 tc commands in a few dozen batches
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="adding a network namespace needs root")
+def test_a_failing_command_in_a_batch_is_named_and_the_rest_not_run():
+    """The third of four ``tc`` commands fails (its parent does not exist): the error names it
+    and what the kernel said, and the fourth never ran."""
+    ns = f"lpt-batch{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        tc = ["tc", "-n", ns]
+        commands = [
+            ["ip", "-n", ns, "link", "add", "name", "va", "type", "veth", "peer", "name", "vb"],
+            [*tc, "qdisc", "add", "dev", "va", "root", "handle", "1:", "htb", "default", "20"],
+            [*tc, "class", "add", "dev", "va", "parent", "1:", "classid", "1:1", "htb", "rate", "100mbit"],
+            [*tc, "class", "add", "dev", "va", "parent", "9:", "classid", "1:2", "htb", "rate", "1mbit"],
+            [*tc, "class", "add", "dev", "va", "parent", "1:1", "classid", "1:3", "htb", "rate", "1mbit"],
+        ]
+        with pytest.raises(ClusterError) as err:
+            run_commands(commands)
+        assert str(err.value).startswith(f"`tc -n {ns} class add dev va parent 9: classid 1:2 htb rate 1mbit` failed: ")
+        assert "Command failed" not in str(err.value) and "\n" not in str(err.value)
+        shown = subprocess.run([*tc, "class", "show", "dev", "va"], capture_output=True, text=True).stdout
+        assert "1:1 " in shown and "1:3 " not in shown, shown
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=True)
