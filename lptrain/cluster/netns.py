@@ -92,8 +92,12 @@ def run_ip(argv: Sequence[str]) -> None:
     """Run one ``ip``/``tc`` command; a failure names the command and what it printed."""
     done = subprocess.run(list(argv), capture_output=True, text=True)
     if done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise ClusterError(f"`{' '.join(argv)}` failed: {said[-1] if said else f'exit {done.returncode}'}")
+        raise _failed(argv, (done.stderr or done.stdout).strip().splitlines(), done.returncode)
+
+
+def _failed(command: Sequence[str], said: list[str], code: int) -> ClusterError:
+    """One line: the command, and the last thing it printed (or its exit code)."""
+    return ClusterError(f"`{' '.join(command)}` failed: {said[-1] if said else f'exit {code}'}")
 
 
 # An argument ``tc -batch`` would read otherwise than ``tc`` does: its lines are split on
@@ -134,8 +138,7 @@ def run_commands(commands: Sequence[Sequence[str]]) -> None:
             said = (done.stderr or done.stdout).strip().splitlines()
             failed = next((int(m[1]) for line in said if (m := re.fullmatch(r"Command failed -:(\d+)", line))), None)
             command = group[failed - 1] if failed and failed <= len(group) else ["tc", "-n", group[0][2], "-batch"]
-            why = [line for line in said if not line.startswith("Command failed")]
-            raise ClusterError(f"`{' '.join(command)}` failed: {why[-1] if why else f'exit {done.returncode}'}")
+            raise _failed(command, [line for line in said if not line.startswith("Command failed")], done.returncode)
 
 
 def list_namespaces() -> list[str]:
